@@ -15,6 +15,7 @@ CFG = validate_config(config)
 include: "rules/common.smk"
 include: "rules/topics.smk"
 include: "rules/proposals.smk"
+include: "rules/datasets.smk"
 include: "rules/generation.smk"
 include: "rules/verification.smk"
 include: "rules/trajectories.smk"

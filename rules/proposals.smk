@@ -1,7 +1,8 @@
 # Stage 3.2: one proposal per topic slot (a discarded topic yields a small "skipped" record).
+# A checkpoint: with the real hub, which dataset a slot's task fetches is known only from its proposal.
 
 
-rule proposal:
+checkpoint proposal:
     input:
         batch=lambda w: f"{R}/topics/batches/{batch_of_slot(w.slot, CFG.topics.batch_size)}.json",
     output:

@@ -7,6 +7,7 @@ rule verify_environment:
         configs=f"{R}/configs/{{slot}}.json",
         code=f"{R}/tasks/{{slot}}/status.json",
         tree=f"{R}/tasks/{{slot}}/mlgym",
+        datasets=slot_dataset_targets,
     output:
         report=f"{R}/environments/{{slot}}/report.json",
         env=directory(f"{R}/environments/{{slot}}/verified"),

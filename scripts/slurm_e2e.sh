@@ -116,8 +116,9 @@ slurm_ids = {str(j) for j in singles.values()} | {str(a["slurm_jobid"]) for a in
 run_id = re.search(r"SLURM run ID: (\S+)", log)
 
 # Rules with a shell command must run as SLURM jobs, never as local jobs of the Snakemake process.
-local = set(re.findall(r"^localrule (\w+):", log, re.M))
-remote = set(re.findall(r"^rule (\w+):", log, re.M))
+# (a checkpoint, such as `proposal`, is logged as `checkpoint <name>:`)
+local = set(re.findall(r"^local(?:rule|checkpoint) (\w+):", log, re.M))
+remote = set(re.findall(r"^(?:rule|checkpoint) (\w+):", log, re.M))
 aggregation = {"topics", "tasks", "environments", "trajectories", "checkpoints", "scores", "all"}
 if local - aggregation:
     problems.append(f"jobs ran locally instead of through SLURM: {sorted(local - aggregation)}")

@@ -232,9 +232,14 @@ def _cmd_run_task(args) -> None:
     from gymforge.agent.trajectory import read_trajectory
     from gymforge.run_task import run_task
 
+    from gymforge.hub.prefetch import cache_root
+
     cfg = _config(args) if args.policy == "teacher" else None
+    # Hub datasets come from the config's dataset cache; without a config file, from the default one.
+    cache = cache_root(cfg or (_config(args) if Path(args.config).is_file() else GymforgeConfig()))
     traj = run_task(Path(args.task_yaml), Path(args.root) if args.root else None, args.policy, Path(args.out),
-                    sandbox=args.sandbox, cfg=cfg, seed=args.seed, max_steps=args.max_steps, gpus=args.gpus)
+                    sandbox=args.sandbox, cfg=cfg, seed=args.seed, max_steps=args.max_steps, gpus=args.gpus,
+                    dataset_cache=cache)
     info = read_trajectory(traj).info
     print(f"{traj}: {info.exit_status}; scores {info.score}")
 
@@ -254,6 +259,21 @@ def _cmd_hub(args) -> None:
             print(f"{card.id:<36} {card.downloads:>9}  {', '.join(card.tags[:5])}")
     else:
         print(hub.describe(args.query, n_rows=args.limit).model_dump_json(indent=2))
+
+
+def _cmd_prefetch_dataset(args) -> None:
+    from gymforge.hub import DatasetNotFound, HubUnavailable
+    from gymforge.hub.prefetch import MANIFEST, PrefetchError, dataset_key, fetch_hub, prefetch
+
+    cfg = _config(args)
+    out = Path(args.out)
+    if out.name != MANIFEST or out.parent.name != dataset_key(args.dataset_id):
+        sys.exit(f"gymforge: --out must be <cache root>/{dataset_key(args.dataset_id)}/{MANIFEST}, got {out}")
+    try:
+        m = prefetch(fetch_hub(cfg, args.dataset_id), args.dataset_id, out.parent.parent)
+    except (DatasetNotFound, HubUnavailable, PrefetchError) as err:
+        sys.exit(f"gymforge: {err}")
+    print(f"{m.id}: {m.hub} hub, config {m.config or 'default'}, splits {m.splits}, {m.bytes} bytes -> {out.parent}")
 
 
 def _cmd_schemas(args) -> None:
@@ -413,6 +433,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("action", choices=["search", "describe"])
     p.add_argument("query")
     p.add_argument("--limit", type=int, default=10)
+
+    p = command("prefetch-dataset", _cmd_prefetch_dataset,
+                "fetch one hub dataset into the host cache that sandboxes mount read-only")
+    p.add_argument("--dataset-id", required=True, help="hub id, owner/name")
+    p.add_argument("--out", required=True, help="the entry's manifest: <cache root>/<owner--name>/manifest.json")
 
     p = command("schemas", _cmd_schemas, "regenerate (or --check) the JSON schemas from the Pydantic models", config=False)
     p.add_argument("--out", default="schemas")

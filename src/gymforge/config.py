@@ -77,6 +77,9 @@ class DatasetsConfig(_Strict):
     hub: Literal["offline", "huggingface"] = "offline"
     search_limit: int = Field(8, ge=1, le=100)
     example_rows: int = Field(3, ge=0, le=20)
+    cache_dir: str | None = Field(
+        None, description="Where hub datasets that tasks load by id are fetched to and mounted read-only from "
+        "(default: <cache_dir>/datasets).")
 
 
 class ProposalsConfig(_Strict):
@@ -275,6 +278,8 @@ class GymforgeConfig(_Strict):
         teacher = dump["llm"]["teacher"]
         dump["teacher"] = {k: teacher[k] for k in ("provider", "model", "temperature", "max_tokens")}
         dump["topics"].pop("n")
+        # Where fetched datasets are kept changes no output (and must not rerun proposals when set).
+        dump["datasets"].pop("cache_dir")
         # How rollouts are scheduled never changes one: a shard's rollout indices are its rule's params.
         for key in ("per_task", "shard_size", "concurrency", "gpus", "mem_mb", "runtime_min"):
             dump["trajectories"].pop(key)

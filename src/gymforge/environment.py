@@ -192,6 +192,8 @@ class TaskEnvironment:
     Hugging Face dataset saved with `save_to_disk`): the columns are removed from the agent's copy of that
     split and written, with `id` = row position, to `answers.csv` among the secrets.
     `gpus` is the count torchrun gets for LM tasks (None: detect); the backend must expose them.
+    `dataset_cache` is the root of the host's dataset cache (`gymforge.hub.prefetch`): datasets the task loads
+    from the hub by id (not `is_local`) must be fetched there, and every run sees them read-only, offline.
     """
 
     def __init__(
@@ -204,6 +206,7 @@ class TaskEnvironment:
         limits: Limits = Limits(),
         gpus: int | None = None,
         hidden_columns: dict[str, list[str]] | None = None,
+        dataset_cache: Path | None = None,
     ) -> None:
         self.task_yaml = Path(task_yaml).resolve()
         self.root = Path(root).resolve() if root is not None else default_root(self.task_yaml)
@@ -220,6 +223,9 @@ class TaskEnvironment:
         self.limits = limits
         self._gpus = gpus
         self.hidden_columns = hidden_columns or {}
+        self.dataset_cache = Path(dataset_cache) if dataset_cache is not None else None
+        self._hub_mounts: list[Mount] = []
+        self.run_env: dict[str, str] = {}  # what every run and session gets on top of the sandbox's own environment
         self.last_evaluation: ExecResult | None = None
         self.install_s: float | None = None
         if sandbox.name == "docker":
@@ -255,12 +261,14 @@ class TaskEnvironment:
 
     @property
     def mounts(self) -> list[Mount]:
-        """What the agent's sessions and the baseline get: data and (maybe) the evaluation script, read-only."""
+        """What the agent's sessions and the baseline get: data and (maybe) the evaluation script, read-only,
+        and the fetched hub datasets the task loads by id."""
         layout = self._layout()
         targets = [dest for dest, src in layout.items() if src in self._local_data_paths()]
         if self.task.evaluation_read_only:
             targets.append(self.task.evaluation_paths[0])
-        return [Mount(host=self.workspace / t, target=t) for t in targets if (self.workspace / t).exists()]
+        data = [Mount(host=self.workspace / t, target=t) for t in targets if (self.workspace / t).exists()]
+        return data + self._hub_mounts
 
     def _evaluation_mounts(self) -> list[Mount]:
         if not self.has_secrets:
@@ -308,11 +316,23 @@ class TaskEnvironment:
             _copy(source, self.workspace / dest, withheld)
         if self.hidden_columns:
             self._hide_columns()
+        self._mount_hub_datasets()
         _make_readable(self.workspace)
         if self.has_secrets:
             _make_readable(self.secrets_dir)
         self.install_s = round(time.monotonic() - t0, 4)
         return self.workspace
+
+    def _mount_hub_datasets(self) -> None:
+        hub_ids = [d.data_path for d in self.datasets if not d.is_local]
+        if not hub_ids or self.dataset_cache is None:
+            return
+        from gymforge.hub.prefetch import sandbox_view
+
+        try:
+            self._hub_mounts, self.run_env = sandbox_view(self.dataset_cache, hub_ids, self.run_dir / "hf-home")
+        except FileNotFoundError as err:
+            raise InstallError(f"{self.task.id}: {err}") from None
 
     def _store_secrets(self) -> None:
         for rel in self.task.secret_files:
@@ -361,7 +381,7 @@ class TaskEnvironment:
 
     def open_session(self) -> Session:
         """The agent's persistent shell on the workspace: data and evaluation read-only, no secrets."""
-        return self.sandbox.open(self.workspace, limits=self.limits, mounts=self.mounts)
+        return self.sandbox.open(self.workspace, limits=self.limits, mounts=self.mounts, env=self.run_env)
 
     def _script(self, rel: str) -> str:
         return f"{self.workdir}/{rel}"
@@ -378,7 +398,7 @@ class TaskEnvironment:
             raise InstallError(f"{self.task_yaml}: baseline_paths is empty; there is no baseline to run")
         argv = [*self._launcher(), self._script(self.task.baseline_paths[0])]
         result = self.sandbox.run_once(
-            self.workspace, argv, timeout=self.timeout, limits=self.limits, mounts=self.mounts
+            self.workspace, argv, timeout=self.timeout, limits=self.limits, mounts=self.mounts, env=self.run_env
         )
         if result.timed_out:
             raise BaselineFailed(
@@ -428,7 +448,8 @@ class TaskEnvironment:
             # Through `env`: the sandbox rightly refuses variables that look like credentials, which this is not.
             argv = ["env", f"{SECRETS_ENV}={self.secrets_dir}", *argv]
         result = self.sandbox.run_once(
-            self.workspace, argv, timeout=self.timeout, limits=self.limits, mounts=self._evaluation_mounts()
+            self.workspace, argv, timeout=self.timeout, limits=self.limits, mounts=self._evaluation_mounts(),
+            env=self.run_env,
         )
         self.last_evaluation = result
         if result.timed_out:

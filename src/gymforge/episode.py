@@ -36,8 +36,8 @@ class EpisodeRunner:
     """Runs episodes of tasks concurrently; installs are serialized because `datasets` (hidden columns) is
     not thread-safe (its tqdm thread_map lock races between threads)."""
 
-    def __init__(self, sandbox: SandboxBackend, limits: Limits) -> None:
-        self.sandbox, self.limits = sandbox, limits
+    def __init__(self, sandbox: SandboxBackend, limits: Limits, dataset_cache: Path | None = None) -> None:
+        self.sandbox, self.limits, self.dataset_cache = sandbox, limits, dataset_cache
         self._install_lock = threading.Lock()
 
     def _install(self, env: TaskEnvironment) -> None:
@@ -52,7 +52,7 @@ class EpisodeRunner:
         """One episode; `out_dir` receives MLGym's `<task>.traj` and results.json; `run_dir` is removed after."""
         loop = asyncio.get_running_loop()
         env = TaskEnvironment(task_yaml, root=root, sandbox=self.sandbox, run_dir=run_dir, limits=self.limits,
-                              hidden_columns=hidden_columns)
+                              hidden_columns=hidden_columns, dataset_cache=self.dataset_cache)
         task = AgentTask(id=env.task.id, description=env.description, baseline=baseline, training_timeout=env.timeout)
         # The session is opened (and closed) in a thread that lives as long as the episode: a bwrap sandbox
         # dies with the thread that started it.

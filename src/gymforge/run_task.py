@@ -76,10 +76,12 @@ def run_task(
     gpus: int | None = None,
     limits: Limits | None = None,
     hidden_columns: dict[str, list[str]] | None = None,
+    dataset_cache: Path | None = None,
 ) -> Path:
     """Run one episode of the task at `task_yaml` (root: the tree holding it) and return the `.traj` path.
 
     `llm` overrides the teacher built from `cfg` (default config when None); `gpus` None detects them.
+    `dataset_cache`: the fetched hub datasets (`gymforge.hub.prefetch`) the task's non-local datasets load from.
     """
     if policy not in POLICIES:
         raise ValueError(f"unknown policy {policy!r} (expected one of {', '.join(POLICIES)})")
@@ -93,7 +95,7 @@ def run_task(
 
     def environment(name: str) -> TaskEnvironment:
         return TaskEnvironment(task_yaml, root=root, sandbox=backend, run_dir=out / name, limits=limits, gpus=gpus,
-                               hidden_columns=hidden_columns)
+                               hidden_columns=hidden_columns, dataset_cache=dataset_cache)
 
     env = environment("episode")
     if env.task.baseline_scores:

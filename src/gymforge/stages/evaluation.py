@@ -134,6 +134,7 @@ def evaluate_task(cfg: GymforgeConfig, model: str, task_id: str, runs: list[int]
     """Run (or finish) `runs` of `model` on benchmark task `task_id`; write the record to `out`."""
     from gymforge.benchmark.suite import load_benchmark
     from gymforge.episode import EpisodeRunner, limits_of, sandbox_for
+    from gymforge.hub.prefetch import cache_root
     from gymforge.mlgym import load_task_config
     from gymforge.serving import open_endpoint
 
@@ -160,7 +161,7 @@ def evaluate_task(cfg: GymforgeConfig, model: str, task_id: str, runs: list[int]
                         baseline=baseline, fingerprint=stamp, resumed=len(done))
     if todo:
         gpus = cfg.evaluate.serving.gpus if spec.source in SERVED_SOURCES else 0
-        episodes = EpisodeRunner(sandbox_for(cfg, 0), limits_of(cfg))
+        episodes = EpisodeRunner(sandbox_for(cfg, 0), limits_of(cfg), cache_root(cfg))
         with open_endpoint(cfg, spec, checkpoint=checkpoint, served_name=served, log=log_file) as endpoint:
             llm = _client(cfg, spec, endpoint)
             log.info("%s served as %s at %s (gpus=%d)", model, endpoint.model, endpoint.base_url, gpus)

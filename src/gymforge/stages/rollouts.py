@@ -205,12 +205,13 @@ class _ShardRunner:
     def __init__(self, cfg: GymforgeConfig, slot: str, report: VerificationReport, env_dir: Path, out: Path,
                  stamp: str, llm: Any) -> None:
         from gymforge.episode import EpisodeRunner, limits_of, sandbox_for
+        from gymforge.hub.prefetch import cache_root
 
         self.cfg, self.slot, self.report, self.out, self.stamp = cfg, slot, report, out, stamp
         self.tree = env_dir / "mlgym"
         self.task_yaml = next((self.tree / "configs" / "tasks").glob("*.yaml"))
         self.sandbox = sandbox_for(cfg, cfg.trajectories.gpus)
-        self.episodes = EpisodeRunner(self.sandbox, limits_of(cfg))
+        self.episodes = EpisodeRunner(self.sandbox, limits_of(cfg), cache_root(cfg))
         self.llm = llm
         self.owns_llm = llm is None
 

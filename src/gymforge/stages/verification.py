@@ -51,6 +51,7 @@ def _attempt(cfg: GymforgeConfig, tree: Path, work: Path, hidden, episode_dir: P
     """Baseline + evaluation, then one teacher episode. Errors land in `it.errors`; returns the baseline env."""
     from gymforge.agent import Agent, AgentConfig, AgentTask
     from gymforge.environment import BaselineFailed, InstallError, TaskEnvironment, TaskUnsupported
+    from gymforge.hub.prefetch import cache_root
     from gymforge.agent import EvaluationFormatError, SubmissionNotFound
     from gymforge.llm import make_client
     from gymforge.sandbox import Limits, get_sandbox
@@ -61,7 +62,7 @@ def _attempt(cfg: GymforgeConfig, tree: Path, work: Path, hidden, episode_dir: P
 
     def environment(name: str) -> TaskEnvironment:
         return TaskEnvironment(_task_yaml(tree), root=tree, sandbox=sandbox, run_dir=work / name, limits=limits,
-                               hidden_columns=hidden)
+                               hidden_columns=hidden, dataset_cache=cache_root(cfg))
 
     started = time.monotonic()
     env = environment("baseline")
