@@ -20,6 +20,7 @@ from gymforge.mlgym import (
     dump_yaml,
     load_dataset_config,
     load_task_config,
+    parse_config,
     render_description,
     workspace_layout,
 )
@@ -223,15 +224,29 @@ def test_unsafe_and_misrooted_paths_rejected() -> None:
         TaskConfig(id="t", name="n", description="d", baseline_paths=["/tmp/baseline.py"])
 
 
-def test_id_must_equal_file_stem(tmp_path: Path) -> None:
-    path = tmp_path / "penguins.yaml"
-    path.write_text(dump_yaml(TaskConfig(id="penguinSpecies", name="n", description="d")))
-    with pytest.raises(MLGymConfigError, match="id 'penguinSpecies' must equal the file name stem 'penguins'"):
-        load_task_config(path)
+def test_id_must_equal_file_stem_in_generated_configs(tmp_path: Path) -> None:
+    text = dump_yaml(TaskConfig(id="penguinSpecies", name="n", description="d"))
+    _, errors = parse_config(TaskConfig, text, "configs/tasks/penguins.yaml", "penguins")
+    assert errors == ["configs/tasks/penguins.yaml: id 'penguinSpecies' must equal the file name stem 'penguins' "
+                      "(set id: penguins or name the file penguinSpecies.yaml)"]
+    _, errors = parse_config(DatasetConfig, "name: flowers\ndescription: d\ndata_path: scikit-learn/iris\n",
+                             "iris.yaml", "iris")
+    assert errors and "name 'flowers' must equal the file name stem 'iris'" in errors[0]
+
+
+def test_existing_configs_load_as_leniently_as_mlgym(tmp_path: Path) -> None:
+    # MLGym's own titanic.yaml: id differs from the file stem, dataset_configs but no {dataset_docs}.
+    path = tmp_path / "titanic.yaml"
+    path.write_text("id: titanicSurvival\nname: Titanic\ndescription: Predict survival.\n"
+                    "dataset_configs:\n- datasets/titanic.yaml\n")
+    task = load_task_config(path)
+    assert task.id == "titanicSurvival"
+    assert render_description(task, [DatasetConfig(name="t", description="x", data_path="a/b")]) == "Predict survival."
+    _, errors = parse_config(TaskConfig, path.read_text(), "titanic.yaml", "titanic")
+    assert any("must contain the placeholder" in e for e in errors)
     ds = tmp_path / "iris.yaml"
     ds.write_text("name: flowers\ndescription: d\ndata_path: scikit-learn/iris\n")
-    with pytest.raises(MLGymConfigError, match="name 'flowers' must equal the file name stem 'iris'"):
-        load_dataset_config(ds)
+    assert load_dataset_config(ds).name == "flowers"
 
 
 def test_load_reports_yaml_and_field_errors(tmp_path: Path) -> None:

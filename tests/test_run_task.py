@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import shutil
 from pathlib import Path
 
 import pytest
@@ -33,6 +34,19 @@ def test_submit_baseline_reproduces_the_game_baseline(tmp_path: Path) -> None:
     assert json.loads((tmp_path / "out" / "results.json").read_text()) == {"agent": [baseline], "baseline": baseline}
     assert GAME.read_bytes() == before
     assert not (tmp_path / "out" / "baseline").exists()  # the YAML's baseline_scores were used
+
+
+def test_submit_baseline_without_baseline_paths_submits_the_starter_code(tmp_path: Path) -> None:
+    # MLGym allows a task with recorded baseline_scores and no baseline script: its baseline is the starter code.
+    root = tmp_path / "mlgym"
+    shutil.copytree(ROOT, root)
+    task = root / "configs" / "tasks" / "stagHuntDuel.yaml"
+    task.write_text(task.read_text().replace("baseline_paths:\n- strategy.py\n", ""))
+    assert not load_task_config(task).baseline_paths
+    traj = read_trajectory(run_task(task, root, "submit-baseline", tmp_path / "out", gpus=0))
+    assert [s.action for s in traj.trajectory] == ["submit"]
+    assert traj.info.exit_status == "submitted"
+    assert traj.info.score == load_task_config(task).baseline_scores
 
 
 def test_teacher_policy_drives_the_given_llm(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -19,7 +19,16 @@ from pathlib import Path, PurePosixPath
 from typing import Annotated, Any, Literal, NamedTuple, Sequence, TypeVar
 
 import yaml
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    ValidationInfo,
+    field_validator,
+    model_validator,
+)
 
 Entrypoint = Literal["CSVSubmissionTasks", "ModelSubmissionTasks", "LMSubmissionTasks", "PythonSubmissionTasks"]
 DEFAULT_TRAINING_TIMEOUT = 3600  # MLGym's MLGYM_AGENT_LONG_TIMEOUT default, used when training_timeout is unset
@@ -209,9 +218,10 @@ class TaskConfig(_Model):
         return out
 
     @model_validator(mode="after")
-    def _consistent(self) -> TaskConfig:
+    def _consistent(self, info: ValidationInfo) -> TaskConfig:
         errors = []
-        if self.dataset_configs and PLACEHOLDER not in self.description:
+        strict = not (info.context or {}).get("mlgym_lenient")
+        if strict and self.dataset_configs and PLACEHOLDER not in self.description:
             errors.append(
                 f"description: the task has dataset_configs, so the description must contain the placeholder "
                 f"{PLACEHOLDER} where MLGym inserts the dataset documentation"
@@ -283,8 +293,14 @@ def format_validation_error(err: ValidationError, label: str, model: type[BaseMo
     return out
 
 
-def parse_config(model: type[M], text: str, label: str, stem: str | None) -> tuple[M | None, list[str]]:
-    """Validate YAML text as `model`; the key (`id` / `name`) must equal `stem` when given."""
+def parse_config(model: type[M], text: str, label: str, stem: str | None, *, strict: bool = True
+                 ) -> tuple[M | None, list[str]]:
+    """Validate YAML text as `model`; the key (`id` / `name`) must equal `stem` when given.
+
+    `strict` (what generated tasks must meet) also requires {dataset_docs} in a description with datasets.
+    MLGym itself enforces neither, and its own tasks break both (titanic.yaml: id `titanicSurvival`, no
+    placeholder), so configs read from an existing tree are loaded with `strict=False` and no stem.
+    """
     try:
         data = yaml.safe_load(text)
     except yaml.YAMLError as exc:
@@ -295,7 +311,7 @@ def parse_config(model: type[M], text: str, label: str, stem: str | None) -> tup
     if not isinstance(data, dict):
         return None, [f"{label}: expected a YAML mapping of {model.__name__} fields, got {type(data).__name__}"]
     try:
-        config = model.model_validate(data)
+        config = model.model_validate(data, context={"mlgym_lenient": not strict})
     except ValidationError as err:
         return None, format_validation_error(err, label, model)
     key = "id" if model is TaskConfig else "name"
@@ -306,8 +322,9 @@ def parse_config(model: type[M], text: str, label: str, stem: str | None) -> tup
 
 
 def _load(model: type[M], path: str | Path) -> M:
+    """Load an existing config as MLGym would (see `parse_config`)."""
     path = Path(path)
-    config, errors = parse_config(model, path.read_text(), str(path), path.stem)
+    config, errors = parse_config(model, path.read_text(), str(path), None, strict=False)
     if config is None:
         raise MLGymConfigError(errors)
     return config

@@ -1,7 +1,7 @@
 """`gymforge run-task`: one agent episode on any MLGym-format task, written as `<id>.traj` and results.json.
 
 Policies:
-- `submit-baseline`: a scripted model that runs the task's baseline script and submits. It drives the
+- `submit-baseline`: a scripted model that runs the task's baseline script (if it has one) and submits. It drives the
   real `Agent`, so its trajectory has exactly the format of a model's, and its score must equal the
   baseline's (a check that the task is deterministic and that our runner scores like MLGym).
 - `teacher`: the configured teacher LLM (`llm.teacher`; offline by default) plays the agent.
@@ -49,9 +49,16 @@ class ScriptedModel:
 
 
 def submit_baseline_model(env: TaskEnvironment) -> ScriptedModel:
-    """Run the baseline exactly as MLGym does, then submit."""
+    """Run the baseline exactly as MLGym does, then submit.
+
+    A task without `baseline_paths` (MLGym allows it: its baseline is the starter code as installed, e.g. a
+    game's untouched strategy.py) is submitted as installed.
+    """
     if not env.task.baseline_paths:
-        raise ValueError(f"{env.task.id} has no baseline_paths: the submit-baseline policy has nothing to run")
+        return ScriptedModel([
+            "DISCUSSION\nThe task has no baseline script: its baseline is the starter code as installed, "
+            "so I submit it unchanged.\n\n```\nsubmit\n```\n",
+        ], model="submit-baseline")
     baseline = env.task.baseline_paths[0]
     launcher = "python" if env.task.task_entrypoint != "LMSubmissionTasks" else (
         f"torchrun --nproc_per_node={env.gpus} --standalone")

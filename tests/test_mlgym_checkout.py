@@ -1,0 +1,98 @@
+"""Checks against a real MLGym checkout (facebookresearch/MLGym), named by the MLGYM_ROOT environment variable.
+
+1. `submit-baseline` on MLGym's game tasks scores their recorded baseline. Their evaluations are unseeded
+   Monte-Carlo estimates (10,000 games), so a run matches to within sampling noise, not exactly.
+2. MLGym's own loader (its `TaskConfig` and task classes, run with MLGYM_PYTHON, default this interpreter)
+   accepts a verified environment written by gymforge, renders the same description, and re-measures the same
+   baseline through `update_baseline_scores()`, with a local shell standing in for MLGym's container.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from gymforge.agent import read_trajectory
+from gymforge.environment import TaskEnvironment
+from gymforge.mlgym import load_task_config
+from gymforge.run_task import run_task
+from gymforge.sandbox import get_sandbox
+
+MLGYM_ROOT = os.environ.get("MLGYM_ROOT")
+pytestmark = pytest.mark.skipif(not MLGYM_ROOT, reason="MLGYM_ROOT is unset: set it to an MLGym checkout")
+GAMES = ("prisonersDilemma", "battleOfSexes", "blotto")
+FIXTURE = Path(__file__).parent / "fixtures" / "mlgym" / "configs" / "tasks" / "stagHuntDuel.yaml"
+
+# Runs under MLGym's interpreter: load the task as MLGym's environment does, install it as env.py does
+# (starter code by base name, local data at data/), then let the task class run and score the baseline.
+LOADER = r"""
+import json, os, shutil, subprocess, sys
+from pathlib import Path
+root, task_id = Path(sys.argv[1]), sys.argv[2]
+os.chdir(root)
+from mlgym import CONFIG_DIR
+try:
+    from mlgym.environment.task_config import TaskConfig
+except ImportError:
+    from mlgym.environment.tasks import TaskConfig
+from mlgym.environment.tasks import AbstractMLTask
+cfg = TaskConfig.load_yaml(CONFIG_DIR / "tasks" / f"{task_id}.yaml")
+ws = Path(sys.argv[3])
+for i, d in enumerate(d for d in cfg._datasets if d.is_local):
+    shutil.copytree(root / d.data_path, ws / "data" if i == 0 else ws / "data" / Path(d.data_path).name)
+for entry in cfg.starter_code:
+    src = root / entry
+    (shutil.copytree if src.is_dir() else shutil.copy2)(src, ws / src.name)
+def shell(cmd, timeout_duration=None, error_msg=""):
+    out = subprocess.run(["bash", "-c", cmd], cwd=ws, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                         timeout=timeout_duration)
+    if error_msg and out.returncode:
+        raise RuntimeError(error_msg + ": " + out.stdout)
+    return out.stdout
+task = AbstractMLTask.get(cfg.task_entrypoint)(0, cfg, str(ws), shell, shell)
+task.setup()
+recorded = list(cfg.baseline_scores)
+cfg.baseline_scores.clear()
+task.update_baseline_scores()
+print("RESULT " + json.dumps({"description": cfg.description, "recorded": recorded, "measured": cfg.baseline_scores}))
+"""
+
+
+@pytest.mark.parametrize("task_id", GAMES)
+def test_submit_baseline_scores_the_recorded_game_baseline(task_id: str, tmp_path: Path) -> None:
+    task_yaml = Path(MLGYM_ROOT, "configs", "tasks", f"{task_id}.yaml")
+    if not task_yaml.is_file():
+        pytest.skip(f"{task_yaml} is not in this checkout")
+    traj = read_trajectory(run_task(task_yaml, Path(MLGYM_ROOT), "submit-baseline", tmp_path / "out", gpus=0))
+    recorded = load_task_config(task_yaml).baseline_scores[0]["Score"]
+    assert traj.info.exit_status == "submitted"
+    assert traj.info.score[-1]["Score"] == pytest.approx(recorded, abs=0.03)  # sampling sd is about 0.005
+
+
+def test_mlgym_loader_accepts_a_verified_environment(tmp_path: Path) -> None:
+    python = os.environ.get("MLGYM_PYTHON", sys.executable)
+    probe = subprocess.run([python, "-c", "import mlgym.environment.tasks"], cwd=MLGYM_ROOT, capture_output=True,
+                           text=True, env=dict(os.environ, PYTHONPATH=MLGYM_ROOT))
+    if probe.returncode:
+        pytest.skip(f"MLGym's package does not import with {python} (set MLGYM_PYTHON): {probe.stderr[-300:]}")
+    # MLGym's CONFIG_DIR is the checkout's configs/, so the verified tree goes into a copy of the package.
+    root = tmp_path / "mlgym"
+    shutil.copytree(Path(MLGYM_ROOT, "mlgym"), root / "mlgym", ignore=shutil.ignore_patterns("__pycache__"))
+    env = TaskEnvironment(FIXTURE, sandbox=get_sandbox("local"), run_dir=tmp_path / "run")
+    env.write_verified_copy(tmp_path / "verified", env.task.baseline_scores)
+    shutil.copytree(tmp_path / "verified", root, dirs_exist_ok=True)
+    (tmp_path / "ws").mkdir()
+    proc = subprocess.run([python, "-c", LOADER, str(root), env.task.id, str(tmp_path / "ws")], capture_output=True,
+                          text=True, timeout=300, env=dict(os.environ, PYTHONPATH=str(root),
+                                                           PATH=f"{Path(sys.executable).parent}:{os.environ['PATH']}"))
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    result = json.loads(proc.stdout.split("RESULT ", 1)[1])
+    assert result["description"] == env.description
+    assert result["recorded"] == env.task.baseline_scores
+    assert result["measured"] == env.task.baseline_scores  # this task's evaluation is deterministic
