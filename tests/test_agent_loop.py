@@ -129,7 +129,7 @@ def test_validate_then_submit(tmp_path: Path, session: Session) -> None:
     step = raw["trajectory"][0]
     assert {"action", "observation", "response", "state", "thought", "execution_time"} <= step.keys()
     assert {"prompt_tokens", "completion_tokens", "query_time", "cost_usd"} <= step.keys()
-    assert json.loads(step["state"]) == {"open_file": "n/a", "working_dir": str(session.workspace)}
+    assert json.loads(step["state"]) == {"open_file": "n/a", "working_dir": session.workdir}
     stats_keys = {"total_cost", "task_cost", "tokens_sent", "tokens_received", "api_calls"}
     assert raw["info"]["model_stats"].keys() == stats_keys
     assert raw["info"]["score"] == [{"score": 0.5}, {"score": 0.75}]
@@ -151,11 +151,11 @@ def test_prompts_and_status_lines(tmp_path: Path, session: Session) -> None:
     assert "end_of_edit" in system and "DISCUSSION" in system and "1000 lines" in system
     assert "Write a number into submission.csv." in task and '{"score": 0.25}' in task and "50 steps" in task
     assert task.endswith("(Current Step: 0, Remaining Steps: 50)\n(Open file: n/a)\n"
-                         f"(Current directory: {session.workspace})\nbash-$")
+                         f"(Current directory: {session.workdir})\nbash-$")
     assert observations[0].startswith("Your command ran successfully and did not produce any output.")
     assert observations[1].startswith("42\n")  # cwd and exports persist
     assert observations[1].endswith(f"(Current Step: 2, Remaining Steps: 48)\n(Open file: n/a)\n"
-                                    f"(Current directory: {session.workspace}/sub)\nbash-$")
+                                    f"(Current directory: {session.workdir}/sub)\nbash-$")
     assert traj.info.exit_status == "submission_not_found (submit)"
     assert "submission.csv does not exist" in traj.info.exit_detail
 
@@ -175,7 +175,7 @@ def test_file_commands_interactive_guard_and_timeouts(tmp_path: Path, session: S
     traj = ep.run()
     steps = traj.trajectory
     main = session.workspace / "src" / "main.py"
-    assert f"[File: {main} (1 lines total)]" in steps[1].observation
+    assert f"[File: {session.workdir}/src/main.py (1 lines total)]" in steps[1].observation
     assert steps[2].observation.startswith("File updated.")
     assert "NOT applied" in steps[3].observation and "undefined name 'undefined_name'" in steps[3].observation
     assert main.read_text() == "import os\nprint(os.sep)\n"
@@ -185,7 +185,7 @@ def test_file_commands_interactive_guard_and_timeouts(tmp_path: Path, session: S
     assert not steps[6].timed_out and "trained" in steps[6].observation  # python gets the training timeout
     assert steps[7].observation.strip() == "/" and steps[7].exit_code == 0
     next_obs = [m["content"] for m in traj.history if m["role"] == "user"]
-    assert f"(Open file: {main})" in next_obs[3]
+    assert f"(Open file: {session.workdir}/src/main.py)" in next_obs[3]
 
 
 def test_history_keeps_only_the_last_five_observations(tmp_path: Path, session: Session) -> None:

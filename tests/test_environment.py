@@ -78,9 +78,9 @@ def test_csv_task_installs_like_mlgym_and_scores_its_baseline(backend: SandboxBa
         env.evaluate()
     report = env.run_baseline()
     assert report.metrics == CSV_BASELINE
-    assert report.artefact == f"{ws}/submission.csv"
+    assert report.artefact == f"{env.workdir}/submission.csv"
     assert report.baseline.exit_code == 0 and report.evaluation.duration_s > 0
-    assert env.evaluate() == (CSV_BASELINE, f"{ws}/submission.csv")
+    assert env.evaluate() == (CSV_BASELINE, f"{env.workdir}/submission.csv")
 
 
 def test_model_task_evaluates_the_first_yaml_outside_data(backend: SandboxBackend, tmp_path: Path) -> None:
@@ -91,10 +91,10 @@ def test_model_task_evaluates_the_first_yaml_outside_data(backend: SandboxBacken
         env.evaluate()
     report = env.run_baseline()  # its evaluation prints a line before the JSON
     assert report.metrics == {"mse": pytest.approx(2.0813)}
-    assert report.artefact == f"{env.workspace}/model.yaml"
+    assert report.artefact == f"{env.workdir}/model.yaml"
     (env.workspace / "runs").mkdir()
     (env.workspace / "runs" / "a.yaml").write_text("coefficients: [0]\n")
-    assert env.evaluate()[1] == f"{env.workspace}/model.yaml"  # top level first
+    assert env.evaluate()[1] == f"{env.workdir}/model.yaml"  # top level first
 
 
 def test_python_task_scores_the_edited_module(backend: SandboxBackend, tmp_path: Path) -> None:
@@ -102,7 +102,7 @@ def test_python_task_scores_the_edited_module(backend: SandboxBackend, tmp_path:
     assert sorted(p.name for p in env.workspace.iterdir()) == ["evaluate.py", "strategy.py"]  # no opponent
     report = env.run_baseline()
     assert report.metrics == GAME_BASELINE == load_task_config(env.task_yaml).baseline_scores[0]
-    assert report.artefact == f"{env.workspace}/strategy.py"
+    assert report.artefact == f"{env.workdir}/strategy.py"
     (env.workspace / "strategy.py").write_text("def row_strategy(history):\n    return 0\n")
     assert env.evaluate()[0]["Score"] > GAME_BASELINE["Score"]
 
@@ -169,7 +169,7 @@ def test_evaluation_and_baseline_failures_in_the_sandbox(backend: SandboxBackend
         print(json.dumps({"score": 0.25}))
         """)
     env = make_env(backend, tmp_path, "probe", root)
-    assert env.evaluate() == ({"score": 0.25}, f"{env.workspace}/target.py")
+    assert env.evaluate() == ({"score": 0.25}, f"{env.workdir}/target.py")
     (env.workspace / "evaluate.py").write_text('import sys\nprint("half done")\nsys.exit("scorer crashed: bad input")\n')
     with pytest.raises(EvaluationFormatError, match=r"(?s)status 1.*half done.*scorer crashed: bad input"):
         env.evaluate()

@@ -28,7 +28,7 @@ def test_submit_baseline_reproduces_the_game_baseline(tmp_path: Path) -> None:
     assert traj.info.exit_status == "submitted"
     assert traj.info.score == [baseline]  # exactly, not approximately
     assert [s.action for s in traj.trajectory] == ["python strategy.py", "submit"]
-    assert traj.info.submission == str(tmp_path / "out" / "episode" / "workspace" / "strategy.py")
+    assert traj.info.submission == "/workspace/strategy.py"  # where the sandbox (bwrap) shows the workspace
     assert traj.meta["policy"] == "submit-baseline" and traj.meta["sandbox"] == "local"
     assert [m["role"] for m in traj.history] == ["system", "user", "assistant", "user", "assistant"]
     assert json.loads((tmp_path / "out" / "results.json").read_text()) == {"agent": [baseline], "baseline": baseline}

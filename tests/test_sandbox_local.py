@@ -73,8 +73,9 @@ def test_echo_exit_code_and_persistence(backend: LocalBackend, ws: Path) -> None
         assert s.run("exit 7", timeout=10).exit_code == 7  # the shell died; the next command restarts it
         assert s.run("false", timeout=10).exit_code == 1
         s.run("mkdir -p sub/dir && cd sub", timeout=10)
-        assert s.run("pwd", timeout=10).output == f"{ws}/sub\n"
-        assert s.cwd == f"{ws}/sub"
+        inside = backend.workdir(ws)  # /workspace under bwrap, the host path otherwise
+        assert s.run("pwd", timeout=10).output == f"{inside}/sub\n"
+        assert s.cwd == f"{inside}/sub"
         s.run("export A=1; B=2", timeout=10)
         assert s.run('echo "$A $B"', timeout=10).output == "1 2\n"
         r = s.run("cat; python -c 'input()' 2>&1 | tail -1", timeout=10)  # stdin is /dev/null: no hang
@@ -100,10 +101,11 @@ def test_timeout_kills_the_whole_tree_and_keeps_the_session(backend: LocalBacken
 
 
 def test_stuck_shell_is_restarted_with_cwd_and_exports(ws: Path) -> None:
-    with LocalBackend().open(ws, limits=LIMITS) as s:
+    backend = LocalBackend()
+    with backend.open(ws, limits=LIMITS) as s:
         s.run("mkdir d && cd d && export KEPT=1 && plain=2", timeout=10)
         assert s.run("while :; do :; done", timeout=0.5).timed_out  # a builtin loop: the shell itself is busy
-        assert s.run('echo "$PWD $KEPT ${plain:-lost}"', timeout=10).output == f"{ws}/d 1 lost\n"
+        assert s.run('echo "$PWD $KEPT ${plain:-lost}"', timeout=10).output == f"{backend.workdir(ws)}/d 1 lost\n"
 
 
 def test_run_once_timeout_and_exit_code(backend: LocalBackend, ws: Path) -> None:
@@ -138,7 +140,7 @@ def test_secrets_never_enter(backend: LocalBackend, ws: Path, monkeypatch: pytes
     monkeypatch.setenv("OPENAI_API_KEY", "sk-secret-value")
     monkeypatch.setenv("HF_TOKEN", "hf-secret-value")
     r = backend.run_once(ws, ["env"], timeout=30, limits=LIMITS, env={"SEED": "3", "TOKENIZERS_PARALLELISM": "false"})
-    assert "secret-value" not in r.output and "SEED=3" in r.output and f"HOME={ws}" in r.output
+    assert "secret-value" not in r.output and "SEED=3" in r.output and f"HOME={backend.workdir(ws)}" in r.output
     with pytest.raises(SandboxError, match="OPENAI_API_KEY"):
         backend.run_once(ws, ["true"], timeout=30, limits=LIMITS, env={"OPENAI_API_KEY": "sk"})
 

@@ -341,3 +341,20 @@ def test_launch_command_multi_gpu(strategy: str, distributed: str) -> None:
         assert raw["deepspeed_config"]["zero_stage"] == 3 and raw["deepspeed_config"]["zero3_save_16bit_model"]
     parsed = load_config_from_file(str(config_file))  # accelerate's own loader accepts it
     assert str(parsed.distributed_type).endswith(distributed)
+
+
+def test_default_profile_gives_training_every_core(tmp_path: Path) -> None:
+    # Snakemake exports OMP_NUM_THREADS = the job's threads (1 unless declared): torch would train on one core.
+    import shutil
+    import subprocess
+
+    repo = Path(__file__).resolve().parents[1]
+    for name in ("Snakefile", "config.yaml"):
+        shutil.copy(repo / name, tmp_path / name)
+    for name in ("rules", "report", "profiles"):
+        shutil.copytree(repo / name, tmp_path / name)
+    proc = subprocess.run([sys.executable, "-m", "snakemake", "-n", "--profile", "profiles/default", "--cores", "2",
+                           "checkpoints"], cwd=tmp_path, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    job = proc.stdout.split("rule train_student:", 1)[1].split("\n\n", 1)[0]
+    assert "threads: 2" in job, job

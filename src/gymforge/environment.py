@@ -228,12 +228,7 @@ class TaskEnvironment:
         self.run_env: dict[str, str] = {}  # what every run and session gets on top of the sandbox's own environment
         self.last_evaluation: ExecResult | None = None
         self.install_s: float | None = None
-        if sandbox.name == "docker":
-            from gymforge.sandbox.docker import WORKDIR
-
-            self.workdir = WORKDIR
-        else:
-            self.workdir = str(self.workspace)
+        self.workdir = sandbox.workdir(self.workspace)
 
     @classmethod
     def from_id(cls, root: Path, task_id: str, **kwargs: Any) -> TaskEnvironment:

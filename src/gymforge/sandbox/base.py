@@ -76,8 +76,18 @@ class Session:
         self.close()
 
 
+# Where the workspace appears inside a sandbox that can place it (bwrap, docker): the same path on every
+# host and in every run, so trajectories carry no host paths and a student sees at evaluation the paths it
+# was trained on.
+WORKDIR = "/workspace"
+
+
 class SandboxBackend(Protocol):
     name: str
+
+    def workdir(self, workspace: Path) -> str:
+        """The path at which sandboxed code sees `workspace`."""
+        ...
 
     def open(
         self, workspace: Path, *, limits: Limits, mounts: list[Mount] = [], env: dict[str, str] = {}

@@ -40,11 +40,10 @@ from .base import (
     mount_points,
     remove_mount_points,
     resolve_target,
+    WORKDIR,
     sandbox_env,
 )
 from .shell import ShellSession
-
-WORKDIR = "/workspace"
 
 # Kills every process of the container except init, this script and the pids given as arguments; a
 # fork between listing and killing is caught by the next round. Builtins only: nothing of it forks.
@@ -126,6 +125,9 @@ class _ExecChannel:
 
 class DockerBackend:
     name = "docker"
+
+    def workdir(self, workspace: Path) -> str:
+        return WORKDIR
 
     def __init__(
         self,

@@ -5,7 +5,7 @@ Confinement, best first (detected at runtime, `confinement` says which one is in
 - "bwrap": bubblewrap with new pid, ipc, uts, cgroup and (unless `Limits.network`) network namespaces.
   The view holds read-only system directories (/usr, the /bin-/lib links, a short list of /etc files
   without /etc/shadow), the Python prefixes (venv and base interpreter), a private /tmp and /dev/shm,
-  the workspace (writable, at its host path) and the mounts. Nothing else of the host is visible, and
+  the workspace (writable, at `WORKDIR`, /workspace) and the mounts. Nothing else of the host is visible, and
   read-only mounts cannot be modified. Killing the bwrap process kills the whole pid namespace.
 - "unshare-net" (root only): `unshare` with new network, pid and mount namespaces. No network and the
   process tree dies with its pid namespace, but the whole host file system is visible and writable.
@@ -48,6 +48,7 @@ from .base import (
     Mount,
     OutputBuffer,
     SandboxError,
+    WORKDIR,
     Session,
     missing_ancestry,
     mount_points,
@@ -112,6 +113,7 @@ class _View:
 
 
 def _bwrap_argv(ws: Path, limits: Limits, mounts: list[Mount], uid: int | None, gpus: bool) -> list[str]:
+    """bwrap's arguments: the host workspace `ws` appears at WORKDIR, relative mount targets under it."""
     a = ["bwrap", "--die-with-parent", "--new-session", "--unshare-ipc", "--unshare-pid", "--unshare-uts"]
     a += ["--unshare-cgroup-try", "--hostname", "sandbox"]
     if not limits.network:
@@ -140,10 +142,10 @@ def _bwrap_argv(ws: Path, limits: Limits, mounts: list[Mount], uid: int | None, 
         for dev in sorted(Path("/dev").glob("nvidia*")):
             v.bind("--dev-bind", str(dev), str(dev))
         v.bind("--ro-bind", "/sys", "/sys")
-    v.bind("--bind", str(ws), str(ws))
-    for m in sorted(mounts, key=lambda m: resolve_target(m.target, str(ws)).count("/")):
-        v.bind("--ro-bind" if m.read_only else "--bind", str(m.host.resolve()), resolve_target(m.target, str(ws)))
-    a += v.args + ["--chdir", str(ws), "--"]
+    v.bind("--bind", str(ws), WORKDIR)
+    for m in sorted(mounts, key=lambda m: resolve_target(m.target, WORKDIR).count("/")):
+        v.bind("--ro-bind" if m.read_only else "--bind", str(m.host.resolve()), resolve_target(m.target, WORKDIR))
+    a += v.args + ["--chdir", WORKDIR, "--"]
     if uid is not None:
         a += ["setpriv", f"--reuid={uid}", f"--regid={uid}", "--clear-groups", "--inh-caps=-all", "--no-new-privs"]
         a.append("--")
@@ -338,6 +340,10 @@ class LocalBackend:
             if _is_root():
                 log.warning("max_processes is not enforced for root without bwrap")
 
+    def workdir(self, workspace: Path) -> str:
+        # Only bwrap builds the file system view; the weaker confinements show the host's.
+        return WORKDIR if self.confinement == "bwrap" else str(workspace.resolve())
+
     def _prepare(
         self, workspace: Path, limits: Limits, mounts: list[Mount], env: dict[str, str]
     ) -> tuple[Path, list[str], dict[str, str], Callable[[], None]]:
@@ -349,7 +355,7 @@ class LocalBackend:
         if self.gpus and "CUDA_VISIBLE_DEVICES" in os.environ:
             extra.setdefault("CUDA_VISIBLE_DEVICES", os.environ["CUDA_VISIBLE_DEVICES"])
         python_bin = str(Path(sys.executable).parent)
-        full_env = sandbox_env(extra, home=str(ws), path=f"{python_bin}:{PATH}", network=limits.network)
+        full_env = sandbox_env(extra, home=self.workdir(ws), path=f"{python_bin}:{PATH}", network=limits.network)
         nproc: int | None = None
         if self.confinement == "bwrap":
             uid = _workspace_uid(ws) if _is_root() else None
@@ -384,7 +390,7 @@ class LocalBackend:
         argv = prefix + ["bash", "--noprofile", "--norc"]
         try:
             return ShellSession(
-                ws, str(ws), lambda: _Proc(argv, full_env, ws, self.confinement), self.max_output, cleanup
+                ws, self.workdir(ws), lambda: _Proc(argv, full_env, ws, self.confinement), self.max_output, cleanup
             )
         except BaseException:
             cleanup()

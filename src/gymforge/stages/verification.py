@@ -49,10 +49,9 @@ def _task_yaml(tree: Path) -> Path:
 def _attempt(cfg: GymforgeConfig, tree: Path, work: Path, hidden, episode_dir: Path, seed: int,
              it: VerificationIteration):
     """Baseline + evaluation, then one teacher episode. Errors land in `it.errors`; returns the baseline env."""
-    from gymforge.agent import Agent, AgentConfig, AgentTask
+    from gymforge.agent import Agent, AgentConfig, AgentTask, EvaluationFormatError, SubmissionNotFound
     from gymforge.environment import BaselineFailed, InstallError, TaskEnvironment, TaskUnsupported
     from gymforge.hub.prefetch import cache_root
-    from gymforge.agent import EvaluationFormatError, SubmissionNotFound
     from gymforge.llm import make_client
     from gymforge.sandbox import Limits, get_sandbox
 
