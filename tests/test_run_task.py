@@ -14,6 +14,7 @@ from gymforge.config import EndpointConfig
 from gymforge.llm import LLMClient
 from gymforge.mlgym import load_task_config
 from gymforge.run_task import run_task
+from gymforge.sandbox.local import LocalBackend
 
 ROOT = Path(__file__).parent / "fixtures" / "mlgym"
 GAME = ROOT / "configs" / "tasks" / "stagHuntDuel.yaml"
@@ -28,7 +29,8 @@ def test_submit_baseline_reproduces_the_game_baseline(tmp_path: Path) -> None:
     assert traj.info.exit_status == "submitted"
     assert traj.info.score == [baseline]  # exactly, not approximately
     assert [s.action for s in traj.trajectory] == ["python strategy.py", "submit"]
-    assert traj.info.submission == "/workspace/strategy.py"  # where the sandbox (bwrap) shows the workspace
+    workspace = tmp_path / "out" / "episode" / "workspace"
+    assert traj.info.submission == f"{LocalBackend().workdir(workspace)}/strategy.py"  # /workspace under bwrap
     assert traj.meta["policy"] == "submit-baseline" and traj.meta["sandbox"] == "local"
     assert [m["role"] for m in traj.history] == ["system", "user", "assistant", "user", "assistant"]
     assert json.loads((tmp_path / "out" / "results.json").read_text()) == {"agent": [baseline], "baseline": baseline}
