@@ -1,7 +1,6 @@
 """End to end: the offline default through `tasks`, run by Snakemake exactly as a user runs it."""
 
 import json
-import shutil
 import subprocess
 import sys
 import time
@@ -12,8 +11,8 @@ import yaml
 
 from gymforge.ledger import Ledger
 from gymforge.task_files import validate_config_files
+from workflow_copy import copy_workflow
 
-REPO = Path(__file__).resolve().parents[1]
 SNAKEMAKE = [sys.executable, "-m", "snakemake"]
 
 pytestmark = pytest.mark.slow
@@ -34,10 +33,7 @@ def status(workdir: Path) -> dict:
 def run(tmp_path_factory):
     """A copy of the workflow with its own results and cache, built once for the module."""
     workdir = tmp_path_factory.mktemp("pipeline")
-    for name in ("Snakefile", "config.yaml"):
-        shutil.copy(REPO / name, workdir / name)
-    shutil.copytree(REPO / "rules", workdir / "rules")
-    shutil.copytree(REPO / "report", workdir / "report")
+    copy_workflow(workdir, "rules", "report")
     proc = snakemake(workdir, "tasks")
     assert proc.returncode == 0, proc.stderr[-4000:]
     return workdir

@@ -7,7 +7,6 @@ import io
 import json
 import os
 import re
-import shutil
 import subprocess
 import sys
 import textwrap
@@ -19,6 +18,7 @@ import yaml
 
 from fake_hf_hub import FakeHFHub
 from test_sandbox_docker import docker_backend  # noqa: F401  (the real-daemon fixture; skips with a reason)
+from workflow_copy import copy_workflow
 from gymforge.config import GymforgeConfig
 from gymforge.environment import InstallError, TaskEnvironment
 from gymforge.hub import OfflineHub, get_hub
@@ -26,7 +26,6 @@ from gymforge.hub import prefetch as pf
 from gymforge.sandbox import Limits, get_sandbox
 from gymforge.sandbox.local import LocalBackend
 
-REPO = Path(__file__).resolve().parents[1]
 TINY_ID = "gymforge-test/tiny"
 LOAD = "import datasets; ds = datasets.load_dataset({id!r}); print('ROWS', {{k: len(v) for k, v in ds.items()}})"
 
@@ -276,12 +275,7 @@ def test_task_with_an_unfetched_hub_dataset_fails_at_install(tmp_path: Path) -> 
 
 
 def _workflow(tmp_path: Path, config: dict) -> Path:
-    workdir = tmp_path / "wf"
-    workdir.mkdir()
-    for name in ("Snakefile", "config.yaml"):
-        shutil.copy(REPO / name, workdir / name)
-    for name in ("rules", "report"):
-        shutil.copytree(REPO / name, workdir / name)
+    workdir = copy_workflow(tmp_path / "wf", "rules", "report")
     (workdir / "test.yaml").write_text(yaml.safe_dump(config))
     return workdir
 

@@ -10,8 +10,8 @@ import pytest
 
 from gymforge.run_report import summary_html
 from gymforge.status import collect
+from workflow_copy import copy_workflow
 
-REPO = Path(__file__).resolve().parents[1]
 TINY = [
     "topics={n: 2, batch_size: 2}",
     "trajectories={per_task: 2, shard_size: 2, max_steps: 12}",
@@ -31,10 +31,7 @@ def snakemake(workdir: Path, *args: str) -> subprocess.CompletedProcess:
 @pytest.fixture(scope="module")
 def finished(tmp_path_factory):
     workdir = tmp_path_factory.mktemp("report")
-    for name in ("Snakefile", "config.yaml"):
-        shutil.copy(REPO / name, workdir / name)
-    for name in ("rules", "report"):
-        shutil.copytree(REPO / name, workdir / name)
+    copy_workflow(workdir, "rules", "report")
     proc = snakemake(workdir, "--config", *TINY)  # `all`: every output the report shows
     assert proc.returncode == 0, proc.stderr[-4000:]
     proc = snakemake(workdir, "--report", "report.html", "--config", *TINY)

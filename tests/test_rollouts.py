@@ -23,6 +23,7 @@ from gymforge.specs import VerificationReport, derive_seed
 from gymforge.stages.rollouts import (RolloutRecord, ShardRecord, parts_dir, rollout_seed, run_shard, shard_count,
                                       shard_ids, shard_rollouts)
 from loopback import Answer, LoopbackServer, completion
+from workflow_copy import copy_workflow
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "bench"))
@@ -308,9 +309,7 @@ def test_kill_9_mid_shard_then_rerun_equals_an_uninterrupted_run(tmp_path, stude
 
 @pytest.mark.slow
 def test_dry_run_plans_a_static_shard_dag(tmp_path):
-    for name in ("Snakefile", "config.yaml"):
-        shutil.copy(REPO / name, tmp_path / name)
-    shutil.copytree(REPO / "rules", tmp_path / "rules")
+    copy_workflow(tmp_path, "rules")
     proc = subprocess.run([sys.executable, "-m", "snakemake", "-n", "--quiet", "rules", "--cores", "2", "--config",
                            "trajectories={per_task: 10, shard_size: 4}"], cwd=tmp_path, capture_output=True,
                           text=True, timeout=120)

@@ -13,6 +13,7 @@ import time
 from pathlib import Path
 
 import pytest
+from workflow_copy import copy_workflow
 
 REPO = Path(__file__).resolve().parents[1]
 SCRIPTS = REPO / "scripts"
@@ -30,9 +31,7 @@ def clean_env(**extra: str) -> dict[str, str]:
 
 def workflow_copy(root: Path) -> Path:
     """The workflow with the two profiles under test and no profiles/default (it would apply on top)."""
-    for name in ("Snakefile", "config.yaml"):
-        shutil.copy(REPO / name, root / name)
-    shutil.copytree(REPO / "rules", root / "rules")
+    copy_workflow(root, "rules")
     for profile in ("slurm", "local-gpu"):
         shutil.copytree(REPO / "profiles" / profile, root / "profiles" / profile)
     return root

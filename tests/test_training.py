@@ -16,6 +16,7 @@ import yaml
 from gymforge import student, training
 from gymforge.config import GymforgeConfig, ModelSpec
 from gymforge.tokenizer import train_offline_tokenizer
+from workflow_copy import copy_workflow
 
 SYSTEM = "You are a research agent. Answer with a DISCUSSION and one command."
 TASKS = ["predict house prices", "classify iris flowers", "cluster wine samples", "detect spam emails",
@@ -345,14 +346,9 @@ def test_launch_command_multi_gpu(strategy: str, distributed: str) -> None:
 
 def test_default_profile_gives_training_every_core(tmp_path: Path) -> None:
     # Snakemake exports OMP_NUM_THREADS = the job's threads (1 unless declared): torch would train on one core.
-    import shutil
     import subprocess
 
-    repo = Path(__file__).resolve().parents[1]
-    for name in ("Snakefile", "config.yaml"):
-        shutil.copy(repo / name, tmp_path / name)
-    for name in ("rules", "report", "profiles"):
-        shutil.copytree(repo / name, tmp_path / name)
+    copy_workflow(tmp_path, "rules", "report", "profiles")
     proc = subprocess.run([sys.executable, "-m", "snakemake", "-n", "--profile", "profiles/default", "--cores", "2",
                            "checkpoints"], cwd=tmp_path, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]

@@ -18,7 +18,6 @@ import json
 import math
 import re
 import shutil
-import stat
 import subprocess
 import time
 from pathlib import Path, PurePosixPath
@@ -37,7 +36,7 @@ from gymforge.mlgym import (
     render_description,
     workspace_layout,
 )
-from gymforge.sandbox import ExecResult, Limits, Mount, SandboxBackend, Session
+from gymforge.sandbox import ExecResult, Limits, Mount, SandboxBackend, Session, make_readable
 
 SECRETS_ENV = "GYMFORGE_SECRETS"
 ANSWERS_FILE = "answers.csv"
@@ -152,15 +151,6 @@ def parse_metrics(output: str) -> dict[str, float]:
             f"ambiguous: {'; '.join(sorted(distinct))[:1000]}"
         )
     return {k: float(v) for k, v in metrics[0].items()}
-
-
-def _make_readable(path: Path) -> None:
-    """World-readable (and traversable): the sandbox's uid owns nothing it only reads."""
-    paths = [path] if path.is_file() else [path, *path.rglob("*")]
-    for p in paths:
-        if not p.is_symlink():
-            mode = p.stat().st_mode
-            p.chmod(mode | stat.S_IRUSR | stat.S_IRGRP | stat.S_IROTH | (0o111 if p.is_dir() else 0))
 
 
 def _remove(path: Path) -> None:
@@ -312,9 +302,9 @@ class TaskEnvironment:
         if self.hidden_columns:
             self._hide_columns()
         self._mount_hub_datasets()
-        _make_readable(self.workspace)
+        make_readable(self.workspace)
         if self.has_secrets:
-            _make_readable(self.secrets_dir)
+            make_readable(self.secrets_dir)
         self.install_s = round(time.monotonic() - t0, 4)
         return self.workspace
 

@@ -158,15 +158,6 @@ def fetch_hub(cfg: GymforgeConfig, dataset_id: str) -> DatasetHub:
     return get_hub(cfg)
 
 
-def _make_readable(tree: Path) -> None:
-    """World-readable: a sandbox may read the mount as another uid (mkdtemp made the top 0700)."""
-    for dirpath, _, filenames in os.walk(tree):
-        os.chmod(dirpath, 0o755)
-        for name in filenames:
-            p = os.path.join(dirpath, name)
-            os.chmod(p, os.stat(p).st_mode | 0o444)
-
-
 def prefetch(hub: DatasetHub, dataset_id: str, root: Path | str) -> Manifest:
     """Fetch `dataset_id` into `<root>/<key>/` (replacing an older copy) and return its manifest.
 
@@ -187,6 +178,7 @@ def _prefetch(hub: DatasetHub, dataset_id: str, dest: Path) -> Manifest:
     from datasets.packaged_modules.cache.cache import Cache
 
     from gymforge.hub.offline import OfflineHub, quiet_datasets
+    from gymforge.sandbox import make_readable
 
     with quiet_datasets(), atomic.directory(dest) as tmp:
         prepared = tmp / PREPARED
@@ -217,7 +209,7 @@ def _prefetch(hub: DatasetHub, dataset_id: str, dest: Path) -> Manifest:
             fetched_at=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), versions=_versions(),
         )
         atomic.write_text(tmp / MANIFEST, manifest.model_dump_json(indent=2) + "\n")
-        _make_readable(tmp)
+        make_readable(tmp)
     return manifest
 
 

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from .base import ExecResult, Limits, Mount, SandboxBackend, SandboxError, Session
+from .base import ExecResult, Limits, Mount, SandboxBackend, SandboxError, Session, make_readable
 
-__all__ = ["ExecResult", "Limits", "Mount", "SandboxBackend", "SandboxError", "Session", "get_sandbox"]
+__all__ = ["ExecResult", "Limits", "Mount", "SandboxBackend", "SandboxError", "Session", "get_sandbox", "make_readable"]
 
 
 def get_sandbox(name: str, **options: Any) -> SandboxBackend:

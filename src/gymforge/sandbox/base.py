@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import re
+import stat
 from pathlib import Path, PurePosixPath
 from typing import Protocol
 
@@ -144,6 +145,15 @@ def sandbox_env(extra: dict[str, str], *, home: str, path: str, network: bool) -
         # Without these the Hugging Face libraries retry a dead network for ~20 s before failing.
         env |= {"HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
     return env | extra
+
+
+def make_readable(path: Path) -> None:
+    """World-readable (and traversable): a sandbox's uid owns nothing it only reads."""
+    paths = [path] if path.is_file() else [path, *path.rglob("*")]
+    for p in paths:
+        if not p.is_symlink():
+            mode = p.stat().st_mode
+            p.chmod(mode | stat.S_IRUSR | stat.S_IRGRP | stat.S_IROTH | (0o111 if p.is_dir() else 0))
 
 
 def resolve_target(target: str, workdir: str) -> str:

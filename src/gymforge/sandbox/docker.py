@@ -37,10 +37,10 @@ from .base import (
     OutputBuffer,
     SandboxError,
     Session,
+    WORKDIR,
     mount_points,
     remove_mount_points,
     resolve_target,
-    WORKDIR,
     sandbox_env,
 )
 from .shell import ShellSession
