@@ -52,6 +52,11 @@ class ExecResult(BaseModel):
     exit_code: int = Field(description="Exit status; 128+N when killed by signal N (137 after a timeout).")
     timed_out: bool
     duration_s: float
+    limit: str | None = Field(
+        None,
+        description="The sandbox limit that ended the command, in words (e.g. 'memory: 2048 MiB for the episode'); "
+        "None when no limit was hit.",
+    )
 
 
 class Session:
