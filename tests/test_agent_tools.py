@@ -160,7 +160,9 @@ def test_paths_outside_the_workspace_are_refused(ws: Path, tmp_path: Path) -> No
     t = tools(ws)
     for command in ("open ../outside.txt", "open /etc/passwd", "open link.txt", "create up/new.py",
                     f"open {REMOTE}/../outside.txt", "search_file secret link.txt", "search_dir secret up"):
-        assert "outside the workspace" in t.run(command, REMOTE), command
+        obs = t.run(command, REMOTE)
+        assert obs.startswith("Error:") and ("outside the workspace" in obs or "symlink" in obs), command
+        assert "secret" not in obs.replace('"secret"', "").replace("secret ", ""), command
     assert not (tmp_path / "new.py").exists()
     assert "outside the workspace" in t.run("open train.py", "/tmp")  # the shell left the workspace
     assert "No matches" in t.run("search_dir secret", REMOTE)  # the walk skips symlinks that leave
@@ -229,3 +231,56 @@ def test_interactive_commands_are_blocked(command: str) -> None:
 )
 def test_ordinary_commands_are_not_blocked(command: str) -> None:
     assert blocked(command) is None
+
+
+def test_a_symlink_loop_is_an_observation_not_a_crash(ws: Path) -> None:
+    os.symlink("loop", ws / "loop")
+    os.symlink("a", ws / "b")
+    os.symlink("b", ws / "a")
+    t = tools(ws)
+    for command in ("open loop", "open a", "create loop/x.py", "search_file x loop", "search_dir x loop", "find_file x loop"):
+        assert t.run(command, REMOTE).startswith("Error:"), command
+    assert "No matches" in t.run("search_dir nothing-here", REMOTE)
+
+
+def test_a_hard_link_is_not_written_through(ws: Path, tmp_path: Path) -> None:
+    outside = tmp_path / "host.txt"
+    outside.write_text("host\n")
+    os.link(outside, ws / "linked.txt")
+    t = tools(ws)
+    t.run("open linked.txt", REMOTE)
+    assert "Error" in t.run("edit 1:1\nchanged\nend_of_edit", REMOTE)
+    assert outside.read_text() == "host\n"
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs fork")
+def test_swapping_a_directory_for_a_symlink_never_leads_the_tools_outside(ws: Path, tmp_path: Path) -> None:
+    """A process swaps `d` (a real directory) and `s` (a symlink to a host directory) as fast as it can
+    (renameat2 RENAME_EXCHANGE) while the host tools read, edit, create and search under `d`."""
+    import ctypes
+
+    host = tmp_path / "host"
+    host.mkdir()
+    (host / "f.txt").write_text("HOST SECRET\n")
+    (ws / "d").mkdir()
+    (ws / "d" / "f.txt").write_text("mine\n")
+    os.symlink(host, ws / "s")
+    libc = ctypes.CDLL(None, use_errno=True)
+    if not hasattr(libc, "renameat2"):
+        pytest.skip("no renameat2 in libc")
+    pid = os.fork()
+    if pid == 0:  # the attacker
+        a, b = str(ws / "d").encode(), str(ws / "s").encode()
+        while True:
+            libc.renameat2(-100, a, -100, b, 2)  # AT_FDCWD, RENAME_EXCHANGE
+    try:
+        t = tools(ws)
+        for i in range(300):
+            for obs in (t.run("open d/f.txt", REMOTE), t.run("search_file SECRET d/f.txt", REMOTE),
+                        t.run("search_dir SECRET d", REMOTE), t.run(f"create d/new{i}.txt", REMOTE),
+                        t.run("edit 1:1\npwned\nend_of_edit", REMOTE)):
+                assert "HOST SECRET" not in obs and "Found" not in obs
+    finally:
+        os.kill(pid, 9)
+        os.waitpid(pid, 0)
+    assert (host / "f.txt").read_text() == "HOST SECRET\n" and sorted(os.listdir(host)) == ["f.txt"]

@@ -1,7 +1,8 @@
 """The agent's file commands, run on the host against the workspace, and the interactive-command guard.
 
 Paths the model writes are in the sandbox's terms (what `pwd` prints there); `Workspace` maps them
-onto the host copy and refuses any that resolve outside it, symlinks included.
+onto the host copy and opens them by file descriptor beneath it, following no symlink, so code racing
+the host tools (which may run as root) cannot lead them out of the workspace.
 """
 
 from __future__ import annotations
@@ -11,12 +12,14 @@ import os
 import posixpath
 import re
 import shlex
+import stat
 from collections import Counter
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Sequence
 
 from gymforge.codecheck import check_python
-from gymforge.sandbox import Mount
+from gymforge.sandbox import Mount, beneath
 
 FILE_COMMANDS = frozenset(
     {"open", "goto", "scroll_up", "scroll_down", "create", "edit", "insert", "search_dir", "search_file", "find_file"}
@@ -28,8 +31,26 @@ class ToolError(Exception):
     """A command that cannot run as written; the message is the observation."""
 
 
+MAX_FILE_BYTES = 16 << 20  # the viewer and the editor refuse larger files; search skips them
+
+
+@dataclass(frozen=True)
+class Loc:
+    """A path as the model wrote it, mapped onto the host: `rel` beneath the host directory `root`."""
+
+    root: Path
+    rel: str
+    read_only: bool
+    remote: str
+
+
 class Workspace:
-    """Sandbox paths <-> host paths: the workspace plus the sandbox's mounts (read-only ones stay so)."""
+    """Sandbox paths <-> host paths: the workspace plus the sandbox's mounts (read-only ones stay so).
+
+    Host-side commands may run as root while the sandboxed code changes the workspace under them, so a
+    path is never resolved on the host and then opened: every access goes through
+    `gymforge.sandbox.beneath`, which walks it by file descriptor and refuses symlinks anywhere on the way.
+    """
 
     def __init__(self, host_root: Path, remote_root: str, mounts: Sequence[Mount] = ()) -> None:
         self.host_root = host_root.resolve()
@@ -40,60 +61,85 @@ class Workspace:
         ]
         # Deepest first, so a mount inside the workspace wins over the workspace itself.
         self.roots = sorted(roots, key=lambda r: -r[0].count("/")) + [(self.remote_root, self.host_root, False)]
+        self._owner = self.host_root.stat().st_uid
 
-    def locate(self, path: str, cwd: str) -> tuple[Path, bool]:
-        """(host path, read-only) of a path as the model wrote it, relative to the shell's cwd."""
+    def locate(self, path: str, cwd: str) -> Loc:
+        """Where a path as the model wrote it (relative to the shell's cwd) lies on the host."""
         remote = posixpath.normpath(posixpath.join(cwd, path))
         for target, host, read_only in self.roots:
             rel = posixpath.relpath(remote, target)
             if rel == ".." or rel.startswith("../"):
                 continue
-            real = (host / rel).resolve()
-            if not real.is_relative_to(host):
-                raise ToolError(f"{path}: resolves outside the workspace {self.remote_root} (through a symlink)")
-            return real, read_only
+            if rel == "." and host.is_file():  # a mount of a single file
+                return Loc(host.parent, host.name, read_only, remote)
+            return Loc(host, rel, read_only, remote)
         raise ToolError(f"{path}: outside the workspace {self.remote_root}; file commands work only inside it")
 
-    def host(self, path: str, cwd: str) -> Path:
-        return self.locate(path, cwd)[0]
+    def stat(self, loc: Loc) -> os.stat_result | None:
+        """The entry itself (a symlink is not followed), None when nothing is there."""
+        try:
+            return beneath.lstat(loc.root, loc.rel)
+        except FileNotFoundError:
+            return None
+        except beneath.OutsideError as exc:
+            raise ToolError(f"{loc.remote}: goes through a symlink; file commands do not follow symlinks") from exc
 
-    def remote(self, host: Path) -> str:
-        for target, root, _ in self.roots:
-            if host.is_relative_to(root):
-                rel = host.relative_to(root).as_posix()
-                return target if rel == "." else posixpath.join(target, rel)
-        raise ToolError(f"{host} is not in the workspace")
+    def regular(self, loc: Loc, shown: str) -> Loc:
+        """`loc` when it is a regular file; otherwise a ToolError that says what is there instead."""
+        st = self.stat(loc)
+        if st is not None and stat.S_ISDIR(st.st_mode):
+            raise ToolError(f"{shown} is a directory; use ls to list it")
+        if st is not None and stat.S_ISLNK(st.st_mode):
+            raise ToolError(f"{shown} is a symlink; file commands do not follow symlinks, open its target instead")
+        if st is None or not stat.S_ISREG(st.st_mode):
+            raise ToolError(f"file {shown} not found")
+        return loc
 
-    def walk(self, remote_dir: str) -> dict[str, Path]:
-        """Non-hidden files under a sandbox directory, mounts included: sandbox path -> host path."""
-        found: dict[str, Path] = {}
-        inside = [r for r in self.roots if r[0] == remote_dir or r[0].startswith(remote_dir.rstrip("/") + "/")]
-        top = self.locate(remote_dir, "/")[0]
-        # Outermost first: a mount's files replace the empty mount point the workspace shows for it.
-        for target, root, _ in [(remote_dir, top, False)] + sorted(inside, key=lambda r: r[0].count("/")):
-            if root.is_file():
-                found[target] = root
-                continue
-            for dirpath, dirnames, filenames in os.walk(root):
-                dirnames[:] = sorted(d for d in dirnames if not d.startswith("."))
-                for f in sorted(filenames):
-                    p = Path(dirpath, f)
-                    if not f.startswith(".") and p.resolve().is_relative_to(root) and p.is_file():
-                        found[posixpath.join(target, p.relative_to(root).as_posix())] = p
-        return found
+    def is_file(self, loc: Loc) -> bool:
+        st = self.stat(loc)
+        return st is not None and stat.S_ISREG(st.st_mode)
 
-    def writable(self, path: Path) -> bool:
-        """Whether the sandbox user could write `path`; the host tools may run as root, who always can."""
+    def read_text(self, loc: Loc) -> str:
+        try:
+            data = beneath.read_bytes(loc.root, loc.rel, MAX_FILE_BYTES)
+        except beneath.OutsideError as exc:
+            raise ToolError(f"{loc.remote} is a symlink or lies behind one; file commands do not follow symlinks") from exc
+        try:
+            return data.decode()
+        except UnicodeDecodeError:
+            raise ToolError(f"{loc.remote} is not a UTF-8 text file") from None
+
+    def write_text(self, loc: Loc, text: str, *, create: bool = False) -> None:
+        try:
+            beneath.write_bytes(loc.root, loc.rel, text.encode(), create=create)
+        except beneath.OutsideError as exc:
+            raise ToolError(f"{loc.remote} is a symlink or lies behind one; file commands do not follow symlinks") from exc
+
+    def writable(self, st: os.stat_result) -> bool:
+        """Whether the sandbox user could write an entry with this stat; the host tools may run as root."""
         if os.geteuid() != 0:
-            return os.access(path, os.W_OK)
-        st, owner = path.stat(), self.host_root.stat().st_uid
-        return bool(st.st_mode & 0o002 or (st.st_uid == owner and st.st_mode & 0o200))
+            if st.st_uid == os.geteuid():
+                return bool(st.st_mode & 0o200)
+            return bool(st.st_mode & 0o002 or (st.st_gid in os.getgroups() and st.st_mode & 0o020))
+        return bool(st.st_mode & 0o002 or (st.st_uid == self._owner and st.st_mode & 0o200))
 
-    def adopt(self, path: Path) -> None:
-        """Give a file the host tools created to the owner of its directory, so the sandbox user can change it."""
-        if os.geteuid() == 0:
-            st = path.parent.stat()
-            os.chown(path, st.st_uid, st.st_gid)
+    def walk(self, remote_dir: str) -> Iterator[tuple[str, int, str]]:
+        """(sandbox path, directory fd, name) of each non-hidden regular file under a sandbox directory,
+        mounts included, symlinks skipped. The fd is valid only until the next item."""
+        top = self.locate(remote_dir, "/")
+        prefix = remote_dir.rstrip("/") + "/"
+        inside = [r for r in self.roots if r[0] != self.remote_root and (r[0] == remote_dir or r[0].startswith(prefix))]
+        # Outermost first: a mount's files replace the empty mount point the workspace shows for it.
+        starts = [(remote_dir, top.root, top.rel)] + [(t, h, ".") for t, h, _ in sorted(inside, key=lambda r: r[0].count("/"))]
+        for target, root, rel in starts:
+            if rel == "." and root.is_file():
+                yield target, beneath.open_root(root.parent), root.name
+                continue
+            try:
+                for path, dfd in beneath.walk_files(root, rel, hidden=False):
+                    yield posixpath.join(target, path), dfd, posixpath.basename(path)
+            except OSError:
+                continue  # a mount point the code replaced, a directory gone meanwhile
 
 
 def _args(line: str, usage: str, lo: int, hi: int) -> list[str]:
@@ -135,33 +181,31 @@ class FileTools:
     def __init__(self, workspace: Workspace, window: int = 1000) -> None:
         self.ws = workspace
         self.window = window
-        self.file: Path | None = None
+        self.file: Loc | None = None
         self.first = 1
 
     @property
     def open_file(self) -> str:
-        return self.ws.remote(self.file) if self.file else "n/a"
+        return self.file.remote if self.file else "n/a"
 
     def run(self, action: str, cwd: str) -> str:
         name = action.split(None, 1)[0]
         try:
             return getattr(self, f"_{name}")(action, cwd)
-        except (ToolError, OSError) as exc:  # OSError: e.g. a file the host cannot read
+        except ToolError as exc:
             return f"Error: {exc}"
+        except OSError as exc:  # the code changed the workspace under us, a file the host cannot read...
+            return f"Error: {exc.strerror or exc}" + (f": {exc.filename}" if exc.filename else "")
 
     # -- viewer ---------------------------------------------------------------------------------
 
-    def _lines(self, path: Path | None = None) -> list[str]:
-        path = path or self._need_file()
-        try:
-            return path.read_text().splitlines()
-        except UnicodeDecodeError:
-            raise ToolError(f"{self.ws.remote(path)} is not a UTF-8 text file") from None
+    def _lines(self, loc: Loc | None = None) -> list[str]:
+        return self.ws.read_text(loc or self._need_file()).splitlines()
 
-    def _need_file(self) -> Path:
+    def _need_file(self) -> Loc:
         if self.file is None:
             raise ToolError("no file is open; use `open <path>` first")
-        if not self.file.is_file():
+        if not self.ws.is_file(self.file):
             raise ToolError(f"{self.open_file} no longer exists")
         return self.file
 
@@ -185,14 +229,9 @@ class FileTools:
     def _open(self, action: str, cwd: str) -> str:
         usage = 'open "<path>" [<line_number>]'
         args = _args(action, usage, 1, 2)
-        path = self.ws.host(args[0], cwd)
-        if path.is_dir():
-            raise ToolError(f"{args[0]} is a directory; use ls to list it")
-        if not path.is_file():
-            raise ToolError(f"file {args[0]} not found")
-        self.file = path
-        n = len(self._lines())
-        self.first = 1
+        loc = self.ws.regular(self.ws.locate(args[0], cwd), args[0])
+        n = len(self._lines(loc))
+        self.file, self.first = loc, 1
         if len(args) == 2:
             line = _int(args[1], usage)
             if not 1 <= line <= max(n, 1):
@@ -225,16 +264,17 @@ class FileTools:
 
     def _create(self, action: str, cwd: str) -> str:
         (name,) = _args(action, "create <path>", 1, 1)
-        path, read_only = self.ws.locate(name, cwd)
-        if path.exists():
+        loc = self.ws.locate(name, cwd)
+        if self.ws.stat(loc) is not None:
             raise ToolError(f"{name} already exists; open it instead")
-        if not path.parent.is_dir():
-            raise ToolError(f"directory {self.ws.remote(path.parent)} does not exist; make it with mkdir -p first")
-        if read_only or not self.ws.writable(path.parent):
-            raise ToolError(f"{self.ws.remote(path.parent)} is read-only")
-        path.write_text("\n")  # one empty line, so `edit 1:1` fills the new file
-        self.ws.adopt(path)
-        self.file, self.first = path, 1
+        parent = Loc(loc.root, posixpath.dirname(loc.rel) or ".", loc.read_only, posixpath.dirname(loc.remote))
+        st = self.ws.stat(parent)
+        if st is None or not stat.S_ISDIR(st.st_mode):
+            raise ToolError(f"directory {parent.remote} does not exist; make it with mkdir -p first")
+        if loc.read_only or not self.ws.writable(st):
+            raise ToolError(f"{parent.remote} is read-only")
+        self.ws.write_text(loc, "\n", create=True)  # one empty line, so `edit 1:1` fills the new file
+        self.file, self.first = loc, 1
         return self._show()
 
     def _edit(self, action: str, cwd: str) -> str:
@@ -262,11 +302,12 @@ class FileTools:
         return self._write(lines[:line] + body + lines[line:], line + 1, "insert")
 
     def _write(self, new: list[str], at: int, verb: str) -> str:
-        path = self._need_file()
-        if self.ws.locate(self.open_file, "/")[1] or not self.ws.writable(path):
+        loc = self._need_file()
+        st = self.ws.stat(loc)
+        if loc.read_only or st is None or not self.ws.writable(st):
             raise ToolError(f"{self.open_file} is read-only")
-        old_text, new_text = path.read_text(), "\n".join(new) + "\n"
-        if path.suffix == ".py":
+        old_text, new_text = self.ws.read_text(loc), "\n".join(new) + "\n"
+        if loc.rel.endswith(".py"):
             name = self.open_file
             before, after = _problems(old_text, name), _problems(new_text, name)
             added = list((Counter(after) - Counter(before)).elements())
@@ -278,15 +319,17 @@ class FileTools:
                     f"The file is unchanged. Fix the {verb} command (indentation, brackets, missing "
                     "imports or definitions) and try again."
                 )
-        path.write_text(new_text)
+        self.ws.write_text(loc, new_text)
         self._center(at, len(new))
         return self._show("File updated. Check that the indentation is right and that nothing is duplicated.")
 
     # -- search ---------------------------------------------------------------------------------
 
     def _dir(self, arg: str | None, cwd: str) -> str:
-        path = self.ws.host(arg or ".", cwd)
-        if not path.is_dir():
+        st = self.ws.stat(self.ws.locate(arg or ".", cwd))
+        if st is not None and stat.S_ISLNK(st.st_mode):
+            raise ToolError(f"{arg} is a symlink; file commands do not follow symlinks")
+        if st is None or not stat.S_ISDIR(st.st_mode):
             raise ToolError(f"directory {arg} not found")
         return posixpath.normpath(posixpath.join(cwd, arg or "."))
 
@@ -294,13 +337,14 @@ class FileTools:
         args = _args(action, "search_dir <term> [<dir>]", 1, 2)
         term, where = args[0], self._dir(args[1] if len(args) == 2 else None, cwd)
         hits: dict[str, int] = {}
-        for remote, p in self.ws.walk(where).items():
+        for remote, dfd, name in self.ws.walk(where):
+            data = beneath.read_at(dfd, name, MAX_FILE_BYTES)
             try:
-                count = p.read_text().count(term)
-            except (UnicodeDecodeError, OSError):
-                continue  # binary or unreadable
-            if count:
-                hits[remote] = count
+                count = data.decode().count(term) if data is not None else 0
+            except UnicodeDecodeError:
+                count = 0  # binary
+            hits[remote] = count  # a mount's file replaces what the workspace showed at its place
+        hits = {r: k for r, k in hits.items() if k}
         if not hits:
             return f'No matches found for "{term}" in {where}'
         if len(hits) > MAX_RESULTS:
@@ -310,11 +354,9 @@ class FileTools:
 
     def _search_file(self, action: str, cwd: str) -> str:
         args = _args(action, "search_file <term> [<file>]", 1, 2)
-        path = self.ws.host(args[1], cwd) if len(args) == 2 else self._need_file()
-        if not path.is_file():
-            raise ToolError(f"file {args[1]} not found")
-        term, where = args[0], self.ws.remote(path)
-        hits = [(i, ln) for i, ln in enumerate(self._lines(path), 1) if term in ln]
+        loc = self.ws.regular(self.ws.locate(args[1], cwd), args[1]) if len(args) == 2 else self._need_file()
+        term, where = args[0], loc.remote
+        hits = [(i, ln) for i, ln in enumerate(self._lines(loc), 1) if term in ln]
         if not hits:
             return f'No matches found for "{term}" in {where}'
         if len(hits) > MAX_RESULTS:
@@ -325,7 +367,7 @@ class FileTools:
     def _find_file(self, action: str, cwd: str) -> str:
         args = _args(action, "find_file <name> [<dir>]", 1, 2)
         name, where = args[0], self._dir(args[1] if len(args) == 2 else None, cwd)
-        hits = [r for r in self.ws.walk(where) if fnmatch.fnmatchcase(posixpath.basename(r), name)]
+        hits = list(dict.fromkeys(r for r, _, base in self.ws.walk(where) if fnmatch.fnmatchcase(base, name)))
         if not hits:
             return f'No matches found for "{name}" in {where}'
         if len(hits) > MAX_RESULTS:
