@@ -66,3 +66,58 @@ def test_trailing_whitespace_and_crlf() -> None:
 def test_indented_fence_is_dedented() -> None:
     _, action = parse_reply("Plan:\n  ```\n  edit 1:1\n      x = 1\n  end_of_edit\n  ```")
     assert action == "edit 1:1\n    x = 1\nend_of_edit"
+
+
+# Replies MLGym's parser turns into an action (measured on its released trajectories by
+# bench/parser_agreement.py): the same action here. Examples written for these tests.
+
+def test_quirk_command_repeated_after_the_block() -> None:
+    # gemini-2.0-flash-thinking: block, a line COMMAND, the command again, a closing fence (left unmatched).
+    reply = "DISCUSSION\nList the data.\n\n```\nls data/\n```\nCOMMAND\nls data/\n```"
+    thought, action = parse_reply(reply)
+    assert action == "ls data/"
+    assert thought == "DISCUSSION\nList the data.\n\nCOMMAND\nls data/\n```"
+
+
+def test_quirk_complete_edit_repeated_after_the_block() -> None:
+    edit = "edit 4:4\n    lr = 0.01\nend_of_edit"
+    _, action = parse_reply(f"Lower the rate.\n```\n{edit}\n```\nCOMMAND\n{edit}\n```\n")
+    assert action == edit
+
+
+def test_quirk_edit_closed_before_its_terminator() -> None:
+    # The first copy lacks end_of_edit, the repeat has it: MLGym runs the first copy (and its edit tool
+    # reports the missing terminator); the fence after the first copy closes the block.
+    body = "edit 4:4\n    lr = 0.01"
+    reply = f"Lower the rate.\n```\n{body}\n```\nCOMMAND\n{body}\nend_of_edit\n```"
+    assert parse_reply(reply)[1] == body
+
+
+def test_quirk_insert_closed_before_its_terminator() -> None:
+    body = "insert 10\n    print(loss)"
+    reply = f"Debug.\n```\n{body}\n```\nCOMMAND\n{body}\nend_of_insert\n```\n\n"
+    assert parse_reply(reply)[1] == body
+
+
+def test_single_fence_line_before_the_terminator_closes_the_edit() -> None:
+    # One fence before end_of_edit cannot be a fenced example inside the file: the block ends there.
+    reply = "Close the README's code block.\n```\nedit 9:9\n```\nend_of_edit\n```"
+    assert parse_reply(reply)[1] == "edit 9:9"
+
+
+def test_stray_fence_with_text_after_it_is_a_second_command() -> None:
+    # Genuinely ambiguous: two commands, the second unclosed. MLGym would run the first; we ask again.
+    with pytest.raises(FormatError, match="line 5 is never closed"):
+        parse_reply("First.\n```\nls\n```\n```\npython train.py\n")
+
+
+def test_fenced_discussion_before_an_unclosed_command_is_ambiguous() -> None:
+    # The fences pair up as (discussion) + unclosed (command); MLGym ran the discussion as a command.
+    reply = "```\nDISCUSSION\nAdd a print.\n```\ninsert 3\nprint(x)\nend_of_insert\n```\nCOMMAND\ninsert 3\nprint(x)"
+    with pytest.raises(FormatError, match="never closed"):
+        parse_reply(reply)
+
+
+def test_stray_fence_without_any_block_is_unclosed() -> None:
+    with pytest.raises(FormatError, match="never closed"):
+        parse_reply("Run it:\nls -la\n```")

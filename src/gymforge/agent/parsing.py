@@ -2,8 +2,20 @@
 
 Fences are lines of three or more backticks (up to three spaces of indent); an opening fence may
 carry an info string (```bash), a closing fence is backticks alone, at least as many as opened.
-Inside an `edit`/`insert` block a bare fence before `end_of_edit`/`end_of_insert` is content, so
-a model can edit a Markdown file that itself contains fences.
+
+Where MLGym's parser (`MLGymThoughtActionParser`, built on SWE-agent's `ThoughtActionParser`) turns a
+reply into an action, this parser returns the same action; it is stricter only where a reply reads as two
+different commands. `bench/parser_agreement.py` measures the agreement on MLGym's released trajectories.
+The rules that make it agree:
+
+* A stray fence on the last line after the one complete block is ignored, as MLGym ignores an unclosed
+  fence. gemini-2.0-flash-thinking writes its block, then a line `COMMAND`, the command again and a
+  closing fence; the command is the first block. A fence with text after it (a second, unclosed block)
+  is still an error: the reply holds two commands.
+* Inside an `edit`/`insert` block, fences before `end_of_edit`/`end_of_insert` are content when they pair
+  up, so a model can edit a Markdown file that itself contains fences. An odd number of them means the
+  block was closed before its terminator (the same gemini quirk with an edit that lacks `end_of_edit`):
+  the block ends at the first fence, as in MLGym, and the edit tool reports the missing terminator.
 """
 
 from __future__ import annotations
@@ -11,6 +23,7 @@ from __future__ import annotations
 import re
 
 _OPEN = re.compile(r"^ {0,3}(`{3,})([^`]*)$")
+_FENCE = re.compile(r"^ {0,3}`{3,}")
 _MULTILINE = re.compile(r"^\s*(edit|insert)\b")
 
 
@@ -18,34 +31,37 @@ class FormatError(ValueError):
     """The reply does not hold exactly one non-empty command block; the message says what to fix."""
 
 
+def _close(lines: list[str], start: int, fence: int) -> int | None:
+    """Index of the line that closes the block whose body starts at `start`, or None."""
+    close = re.compile(rf"^ {{0,3}}`{{{fence},}}\s*$")
+    first_close = next((j for j in range(start, len(lines)) if close.match(lines[j])), None)
+    first = next((ln for ln in lines[start:] if ln.strip()), "")
+    mm = _MULTILINE.match(first)
+    if mm is None:
+        return first_close
+    terminator = f"end_of_{mm[1]}"
+    end = next((j for j in range(start, len(lines)) if lines[j].strip() == terminator), None)
+    if end is None or sum(1 for ln in lines[start:end] if _FENCE.match(ln)) % 2:
+        return first_close
+    return next((j for j in range(end + 1, len(lines)) if close.match(lines[j])), None)
+
+
 def _blocks(lines: list[str]) -> list[tuple[int, int]]:
-    """(first, end) line spans of the fenced bodies; an unclosed fence raises."""
+    """(first, end) line spans of the fenced bodies; an unclosed fence raises, unless it is a stray last line."""
     spans: list[tuple[int, int]] = []
+    last = max((j for j, ln in enumerate(lines) if ln.strip()), default=-1)
     i = 0
     while i < len(lines):
         m = _OPEN.match(lines[i])
         if not m:
             i += 1
             continue
-        fence = len(m[1])
-        close = re.compile(rf"^ {{0,3}}`{{{fence},}}\s*$")
-        start = i + 1
-        first = next((ln for ln in lines[start:] if ln.strip()), "")
-        terminator = f"end_of_{mm[1]}" if (mm := _MULTILINE.match(first)) else None
-        seen_terminator = terminator is None
-        end = None
-        for j in range(start, len(lines)):
-            if not seen_terminator and lines[j].strip() == terminator:
-                seen_terminator = True
-            elif seen_terminator and close.match(lines[j]):
-                end = j
-                break
+        end = _close(lines, i + 1, len(m[1]))
         if end is None:
-            # An edit whose terminator is missing may still be closed by a plain fence.
-            end = next((j for j in range(start, len(lines)) if close.match(lines[j])), None)
-        if end is None:
+            if spans and i == last:
+                break  # a stray fence closing nothing, after the block (MLGym ignores it)
             raise FormatError(f"the code block opened at line {i + 1} is never closed; end it with a line of ```")
-        spans.append((start, end))
+        spans.append((i + 1, end))
         i = end + 1
     return spans
 
