@@ -21,6 +21,7 @@ from typing import Any, Callable, Protocol, Sequence, TypeVar
 import openai
 from pydantic import BaseModel, ConfigDict, Field
 
+from gymforge.agent.audit import Auditor, Flag
 from gymforge.agent.parsing import FormatError, parse_reply
 from gymforge.agent.tools import FILE_COMMANDS, FileTools, Workspace, blocked
 from gymforge.agent.trajectory import Trajectory, TrajectoryStep, write_results, write_trajectory
@@ -112,6 +113,17 @@ def _truncate(text: str, limit: int) -> str:
 
 
 @dataclass
+class _Outcome:
+    """What one action did."""
+
+    observation: str
+    done: bool = False
+    exit_code: int | None = None
+    timed_out: bool = False
+    limit: str | None = None  # the sandbox limit that stopped the command, in words
+
+
+@dataclass
 class _Reply:
     """One turn's answer from the model, after any format retries."""
 
@@ -149,8 +161,17 @@ class Agent:
         ep = llm.endpoint
         meta = {"task_id": task.id, "model": ep.model, "provider": ep.provider, "seed": seed, **(meta or {})}
         self.traj = Trajectory(meta=meta)
+        # What confined the episode: the backend's name (from the caller's meta) and the session's confinement.
+        self.traj.info.sandbox = meta.get("sandbox")
+        self.traj.info.confinement = getattr(session, "confinement", None)
         self.step = 0
         self._last_prompt_tokens = 0
+        self.audit: Auditor | None
+        try:
+            self.audit = Auditor.for_episode(session, evaluator)
+        except Exception:  # the audit is evidence, never a reason for an episode to fail
+            log.warning("%s: suspicious-action audit unavailable", task.id, exc_info=True)
+            self.audit = None
 
     def run(self) -> Trajectory:
         return asyncio.run(self.arun())
@@ -160,6 +181,8 @@ class Agent:
         # for an hour, which would starve a shared default executor.
         self._pool = ThreadPoolExecutor(1, thread_name_prefix=f"agent-{self.task.id}")
         try:
+            if self.audit is not None:
+                await self._blocking(self.audit.start)
             self._say("system", _prompt("agent_system", window=self.cfg.window))
             self._say("user", _prompt(
                 "agent_task",
@@ -210,11 +233,14 @@ class Agent:
         self._say("assistant", reply.response, thought=reply.thought, action=reply.action)
         self.step += 1
         t0 = time.perf_counter()
-        observation, done, exit_code, timed_out = await self._act(reply.action)
-        self._record(reply, state, observation, time.perf_counter() - t0, exit_code=exit_code, timed_out=timed_out)
-        if not done:
-            self._say("user", _prompt("agent_next_step", observation=observation, **self._status()))
-        return done
+        outcome = await self._act(reply.action)
+        seconds = time.perf_counter() - t0
+        flags = await self._audit(reply.action, json.loads(state)["working_dir"])
+        self._record(reply, state, outcome.observation, seconds, exit_code=outcome.exit_code,
+                     timed_out=outcome.timed_out, limit=outcome.limit, flags=flags)
+        if not outcome.done:
+            self._say("user", _prompt("agent_next_step", observation=outcome.observation, **self._status()))
+        return outcome.done
 
     async def _ask(self, messages: list[dict[str, str]], reply: _Reply) -> None:
         """Query the model, re-asking with the format-error prompt while the reply is malformed."""
@@ -236,22 +262,55 @@ class Agent:
                     {"role": "user", "content": _prompt("agent_format_error", error=str(err))},
                 ]
 
-    async def _act(self, action: str) -> tuple[str, bool, int | None, bool]:
-        """(observation, done, exit code, timed out) of one command."""
+    async def _act(self, action: str) -> _Outcome:
+        """What one command did; a limit that stopped it ends the observation, after any truncation."""
         if action in ("validate", "submit"):
             observation, done = await self._evaluate(action)
-            return observation, done, None, False
+            return _Outcome(observation, done)
         if action.split(None, 1)[0] in FILE_COMMANDS:
-            observation = await self._blocking(self.files.run, action, self.session.cwd)
-            return _truncate(observation, self.cfg.max_observation_chars), False, None, False
+            observation = await self._file_command(action)
+            return _Outcome(_truncate(observation, self.cfg.max_observation_chars))
         if reason := blocked(action):
-            return reason, False, None, False
+            return _Outcome(reason)
         timeout = self.task.training_timeout if _TRAINING.search(action) else self.cfg.short_timeout_s
         result = await self._blocking(self.session.run, action, timeout)
         observation = result.output
         if result.timed_out:
             observation += f"\nEXECUTION TIMED OUT BECAUSE THE COMMAND WAS RUNNING FOR MORE THAN {timeout:g} SECONDS."
-        return _truncate(observation, self.cfg.max_observation_chars), False, result.exit_code, result.timed_out
+        observation = _truncate(observation, self.cfg.max_observation_chars)
+        limit = getattr(result, "limit", None)
+        if limit:
+            observation = observation.rstrip("\n") + f"\n[the command was stopped: {limit}]"
+        return _Outcome(observation, False, result.exit_code, result.timed_out, limit)
+
+    async def _file_command(self, action: str) -> str:
+        """A host-side file tool; any filesystem error it lets through becomes the observation, never a crash."""
+        try:
+            return await self._blocking(self.files.run, action, self.session.cwd)
+        except (OSError, RuntimeError, ValueError) as err:  # RecursionError (symlink loops) is a RuntimeError
+            log.warning("%s: file command %r failed: %r", self.task.id, action.split(None, 1)[0], err)
+            message = str(err.strerror or err) if isinstance(err, OSError) else str(err) or type(err).__name__
+            host = str(self.session.workspace)
+            return f"Error: {message}".replace(host, self.session.workdir) if host != self.session.workdir else (
+                f"Error: {message}")
+
+    async def _audit(self, action: str, cwd: str) -> list[Flag]:
+        """This step's suspicious-action flags (gymforge.agent.audit), also collected in the trajectory's info."""
+        if self.audit is None:
+            return []
+        try:
+            flags = await self._blocking(
+                lambda: self.audit.check(action, cwd=cwd, open_file=self.files.open_file))  # type: ignore[union-attr]
+        except Exception:
+            log.warning("%s: audit of step %d failed", self.task.id, self.step, exc_info=True)
+            return []
+        step = self.step if not action.startswith("exit_") else self.step + 1
+        for flag in flags:
+            flag.step = step
+            log.warning("%s: step %d flagged %s: %s", self.task.id, step, flag.code, flag.detail)
+        self.traj.info.flags.extend(flags)
+        self.traj.info.audit_notes = list(self.audit.notes)
+        return flags
 
     async def _evaluate(self, reason: str) -> tuple[str, bool]:
         """Evaluate the current artefact for `validate` (the run goes on), `submit` or an auto-submission."""
@@ -286,7 +345,9 @@ class Agent:
         t0 = time.perf_counter()
         observation, _ = await self._evaluate(reason)
         reply.thought, reply.action = f"Exit due to {reason}", f"exit_{reason}"
-        self._record(reply, state, observation, time.perf_counter() - t0, step=self.step + 1)
+        seconds = time.perf_counter() - t0
+        flags = await self._audit(reply.action, json.loads(state)["working_dir"])  # what ran in the background
+        self._record(reply, state, observation, seconds, step=self.step + 1, flags=flags)
         return True
 
     # -- bookkeeping ----------------------------------------------------------------------------
@@ -317,13 +378,15 @@ class Agent:
 
     def _record(
         self, reply: _Reply, state: str, observation: str, seconds: float,
-        *, step: int | None = None, exit_code: int | None = None, timed_out: bool = False,
+        *, step: int | None = None, exit_code: int | None = None, timed_out: bool = False, limit: str | None = None,
+        flags: list[Flag] | None = None,
     ) -> None:
         self.traj.trajectory.append(TrajectoryStep(
             action=reply.action or "", observation=observation, response=reply.response, state=state,
             thought=reply.thought, execution_time=seconds, step=step or self.step, query_time=reply.query_time,
             prompt_tokens=reply.prompt_tokens, completion_tokens=reply.completion_tokens, cost_usd=reply.cost_usd,
-            exit_code=exit_code, timed_out=timed_out, format_errors=reply.rejected,
+            exit_code=exit_code, timed_out=timed_out, limit=limit, flags=[f.model_copy() for f in flags or []],
+            format_errors=reply.rejected,
         ))
 
     def _save(self, final: bool = False) -> None:

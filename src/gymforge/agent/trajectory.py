@@ -9,6 +9,7 @@ from typing import Any
 from pydantic import BaseModel, Field
 
 from gymforge import atomic
+from gymforge.agent.audit import Flag
 
 
 class ModelStats(BaseModel):
@@ -25,6 +26,10 @@ class AgentInfo(BaseModel):
     submission: str | None = None  # artefact path of the last successful evaluation
     score: list[dict[str, float]] = Field(default_factory=list)  # one entry per validate/submit, in order
     exit_detail: str | None = None  # why an evaluation failed, in the evaluator's words
+    sandbox: str | None = None  # the sandbox backend the episode ran in ("local", "docker")
+    confinement: str | None = None  # what confined it ("bwrap", "docker", "unshare-net", "none"); None: not reported
+    flags: list[Flag] = Field(default_factory=list)  # every suspicious-action flag of the episode (gymforge.agent.audit)
+    audit_notes: list[str] = Field(default_factory=list)  # where the audit could not see everything
 
 
 class TrajectoryStep(BaseModel):
@@ -43,6 +48,8 @@ class TrajectoryStep(BaseModel):
     cost_usd: float = 0.0
     exit_code: int | None = None
     timed_out: bool = False
+    limit: str | None = None  # the sandbox limit that stopped the command, in words
+    flags: list[Flag] = Field(default_factory=list)  # suspicious-action flags of this step
     format_errors: list[dict[str, str]] = Field(default_factory=list)  # rejected replies: {"response", "error"}
 
 
