@@ -30,7 +30,7 @@ LIMITS = Limits(memory_mb=1024)
 
 @pytest.fixture(params=CONFINEMENTS)
 def backend(request: pytest.FixtureRequest) -> LocalBackend:
-    return LocalBackend(request.param)
+    return LocalBackend(request.param, allow_weak_confinement=request.param != "bwrap")
 
 
 @pytest.fixture
@@ -157,12 +157,12 @@ def test_limits_validation() -> None:
 def test_no_network(confinement: str, ws: Path, tcp_server: tuple[int, list[object]]) -> None:
     port, accepted = tcp_server
     probe = f"import socket; socket.create_connection(('127.0.0.1', {port}), timeout=5); print('connected')"
-    backend = LocalBackend(confinement)  # type: ignore[arg-type]
+    backend = LocalBackend(confinement, allow_weak_confinement=True)  # type: ignore[arg-type]
     r = backend.run_once(ws, ["python", "-c", probe], timeout=30, limits=LIMITS)
     assert r.exit_code != 0 and "connected" not in r.output and accepted == []
     # The same probe reaches the server unconfined: the server is real.
     networked = LIMITS.model_copy(update={"network": True})
-    r = LocalBackend("none").run_once(ws, ["python", "-c", probe], timeout=30, limits=networked)
+    r = LocalBackend("none", allow_weak_confinement=True).run_once(ws, ["python", "-c", probe], timeout=30, limits=networked)
     assert r.output == "connected\n" and len(accepted) == 1
 
 
@@ -239,3 +239,43 @@ def test_session_can_still_write_after_a_one_shot_run(backend: LocalBackend, ws:
         assert session.run("touch before", timeout=10).exit_code == 0
         assert backend.run_once(ws, ["touch", "during"], timeout=10, limits=Limits()).exit_code == 0
         assert session.run("touch after && echo written", timeout=10).output.strip() == "written"
+
+
+@pytest.mark.parametrize("confinement", ["unshare-net", "none"])
+def test_weak_confinement_is_refused_unless_allowed(confinement: str) -> None:
+    with pytest.raises(SandboxError, match="apt-get install bubblewrap.*allow_weak_confinement"):
+        LocalBackend(confinement)  # type: ignore[arg-type]
+
+
+needs_cgroups = pytest.mark.skipif(not __import__("gymforge.sandbox.cgroups").sandbox.cgroups.available(),
+                                   reason="no writable memory and pids cgroups on this host")
+
+
+@needs_bwrap
+@needs_cgroups
+def test_memory_is_bounded_for_the_whole_sandbox_not_per_process(ws: Path) -> None:
+    """Four processes of 400 MiB each stay under the 1 GiB address-space rlimit but not under the group's 1 GiB."""
+    hold = "import time; b = bytearray(400 << 20); b[::4096] = b'x' * len(b[::4096]); time.sleep(20)"
+    with LocalBackend("bwrap").open(ws, limits=LIMITS) as s:
+        r = s.run(" & ".join([f"python -c {hold!r}"] * 4) + "; wait", timeout=60)
+        assert r.limit is not None and r.limit.startswith("memory: 1024 MiB"), r
+        assert s.run("echo alive", timeout=10).output.strip() == "alive"  # the session goes on
+
+
+@needs_bwrap
+def test_tmp_is_sized_and_the_workspace_disk_is_capped(ws: Path) -> None:
+    limits = Limits(memory_mb=1024, tmp_mb=16, disk_mb=32)
+    with LocalBackend("bwrap").open(ws, limits=limits) as s:
+        r = s.run("head -c 32M /dev/zero > /tmp/big; echo rc=$?", timeout=30)
+        assert "No space left" in r.output and "rc=1" in r.output
+        r = s.run("while true; do head -c 4M /dev/zero > f$RANDOM$RANDOM; done", timeout=60)
+        assert r.limit is not None and r.limit.startswith("disk: the workspace holds more than 32 MiB"), r
+        assert not r.timed_out and r.duration_s < 30
+        assert s.run("rm -f f*; echo ok", timeout=10).output.strip() == "ok"
+
+
+@needs_bwrap
+def test_no_host_path_in_the_sandbox_environment(ws: Path) -> None:
+    r = LocalBackend("bwrap").run_once(ws, ["bash", "-c", "env; ps -ef; pwd"], timeout=30, limits=LIMITS)
+    assert r.exit_code == 0, r.output
+    assert str(ws) not in r.output and str(Path.cwd()) not in r.output and "/opt/venv/bin" in r.output

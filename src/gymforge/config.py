@@ -97,6 +97,11 @@ class SandboxConfig(_Strict):
     memory_mb: int = Field(2048, ge=1024, description="Address-space cap per process; below 1 GiB numeric code hangs.")
     cpu_seconds: int = Field(3600, ge=1)
     max_processes: int = Field(256, ge=8)
+    tmp_mb: int = Field(512, ge=16, description="Size of each sandbox's private /tmp (counts towards its memory).")
+    disk_mb: int = Field(8192, ge=64, description="Total size of a workspace; a command growing it past this is stopped.")
+    allow_weak_confinement: bool = Field(False, description="Let the local backend run untrusted code without "
+                                         "bubblewrap (unshare or no confinement: it can read the host's files, "
+                                         "held-out answers included). Off: a clear error instead.")
 
 
 class VerificationConfig(_Strict):
@@ -125,6 +130,8 @@ class FilterConfig(_Strict):
                             "(chat template applied; paper: 48K).")
     max_per_task: int | None = Field(None, ge=1, description="Keep at most this many trajectories per task "
                                      "(the first in rollout order); null: no cap.")
+    exclude_flagged: bool = Field(True, description="Drop trajectories with a suspicious-action flag "
+                                  "(gymforge.agent.audit); false keeps them (they are still counted).")
 
 
 class LoraConfig(_Strict):
@@ -238,6 +245,10 @@ class EvaluateConfig(_Strict):
             raise ValueError(f"evaluate.models: duplicate names in {names}")
         if self.benchmark == "mlgym" and not self.mlgym_root:
             raise ValueError("evaluate.mlgym_root is required when benchmark is 'mlgym'")
+        from gymforge.mlgym import check_task_id
+
+        for task_id in self.tasks or []:  # ids name result files: never let an odd one reach them
+            check_task_id(task_id, "evaluate.tasks: task id")
         return self
 
 

@@ -24,12 +24,13 @@ def sandbox_for(cfg: GymforgeConfig, gpus: int) -> SandboxBackend:
     """The configured backend; `gpus` is what the job declared (its episodes share those devices)."""
     if cfg.sandbox.backend == "docker":
         return get_sandbox("docker", image=cfg.sandbox.image, **({"gpus": gpus} if gpus else {}))
-    return get_sandbox(cfg.sandbox.backend, **({"gpus": True} if gpus else {}))
+    return get_sandbox(cfg.sandbox.backend, allow_weak_confinement=cfg.sandbox.allow_weak_confinement,
+                       **({"gpus": True} if gpus else {}))
 
 
 def limits_of(cfg: GymforgeConfig) -> Limits:
     return Limits(memory_mb=cfg.sandbox.memory_mb, cpu_seconds=cfg.sandbox.cpu_seconds,
-                  max_processes=cfg.sandbox.max_processes)
+                  max_processes=cfg.sandbox.max_processes, tmp_mb=cfg.sandbox.tmp_mb, disk_mb=cfg.sandbox.disk_mb)
 
 
 class EpisodeRunner:

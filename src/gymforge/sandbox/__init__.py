@@ -4,7 +4,15 @@ from __future__ import annotations
 
 from typing import Any
 
-from .base import ExecResult, Limits, Mount, SandboxBackend, SandboxError, Session, make_readable
+from .base import (
+    ExecResult,
+    Limits,
+    Mount,
+    SandboxBackend,
+    SandboxError,
+    Session,
+    make_readable,
+)
 
 __all__ = ["ExecResult", "Limits", "Mount", "SandboxBackend", "SandboxError", "Session", "get_sandbox", "make_readable"]
 

@@ -9,11 +9,15 @@ from __future__ import annotations
 
 import os
 import re
+import signal
 import stat
+import time
 from pathlib import Path, PurePosixPath
-from typing import Protocol
+from typing import Any, Protocol
 
 from pydantic import BaseModel, Field, field_validator
+
+from . import beneath
 
 DEFAULT_MAX_OUTPUT = 100_000
 """Bytes of output kept per command (head and tail); the middle is replaced by a note."""
@@ -27,9 +31,15 @@ class SandboxError(RuntimeError):
 
 class Limits(BaseModel):
     cpu_seconds: int = Field(3600, gt=0, description="CPU time per process (RLIMIT_CPU).")
-    memory_mb: int = Field(2048, description="Address space per process locally, memory of the container in docker.")
+    memory_mb: int = Field(2048, description="Memory of the whole sandbox (an episode's cgroup, or the container in "
+                           "docker), and the address space of each process locally.")
     max_processes: int = Field(256, gt=0, description="Tasks (processes and threads) the sandbox may run at once.")
     max_file_mb: int = Field(1024, gt=0, description="Largest file a process may write (RLIMIT_FSIZE).")
+    tmp_mb: int = Field(512, gt=0, description="Size of the private /tmp (a tmpfs: it counts towards memory).")
+    disk_mb: int = Field(8192, gt=0, description="Total size of the workspace; a command that grows it past this "
+                         "is stopped.")
+    open_files: int = Field(1024, ge=64, description="Open files per process (RLIMIT_NOFILE); with max_processes "
+                            "this bounds the episode's total.")
     network: bool = False
 
     @field_validator("memory_mb")
@@ -171,36 +181,37 @@ def resolve_target(target: str, workdir: str) -> str:
 
 def missing_ancestry(ws: Path, target: Path) -> list[Path]:
     """`target` and its missing parents under `ws`, top-down: what a mount there creates on the host."""
-    missing = [p for p in [target, *target.parents] if p.is_relative_to(ws) and p != ws and not os.path.lexists(p)]
+    missing = []
+    for p in [target, *target.parents]:
+        if not p.is_relative_to(ws) or p == ws:
+            continue
+        try:
+            beneath.lstat(ws, p.relative_to(ws).as_posix())
+        except FileNotFoundError:
+            missing.append(p)
+        except OSError:
+            continue  # behind a symlink: the sandbox refuses such a mount point itself
     return missing[::-1]
 
 
 def mount_points(ws: Path, targets: list[Path], uid: int | None) -> list[Path]:
     """Prepare mount points in the host workspace; returns what to remove afterwards.
 
-    Missing parents are made here, traversable (and owned by `uid`, when given); the sandbox makes the
-    mount point itself. Targets outside `ws` create nothing on the host.
+    Missing parents are made here, traversable (and owned by `uid`, when given), each by its parent's fd
+    so that a directory the code swapped for a symlink makes this fail instead of writing elsewhere; the
+    sandbox makes the mount point itself. Targets outside `ws` create nothing on the host.
     """
     created = []
     for t in targets:
         missing = missing_ancestry(ws, t)
         for d in missing[:-1]:
-            d.mkdir(mode=0o755)
-            if uid is not None:
-                os.chown(d, uid, uid)
+            beneath.make_dir(ws, d.relative_to(ws).as_posix(), uid)
         created += missing
     return created
 
 
-def remove_mount_points(paths: list[Path]) -> None:
-    for p in reversed(paths):  # deepest first
-        try:
-            if p.is_symlink() or (p.is_file() and p.stat().st_size == 0):
-                p.unlink()
-            elif p.is_dir():
-                p.rmdir()  # fails, and stays, when the code put something in it
-        except OSError:
-            continue
+def remove_mount_points(ws: Path, paths: list[Path]) -> None:
+    beneath.remove_entries(ws, [p.relative_to(ws).as_posix() for p in paths if p.is_relative_to(ws)])
 
 
 class OutputBuffer:
@@ -232,3 +243,65 @@ class OutputBuffer:
             + f"\n[... {omitted} bytes of output truncated ...]\n"
             + tail.decode(errors="replace")
         )
+
+
+def tree_bytes(root: Path, cap_entries: int = 200_000) -> int:
+    """Disk blocks in use under `root`, by fd and never through a link (stops counting at `cap_entries`)."""
+    total = seen = 0
+    try:
+        top = beneath.open_root(root)
+    except OSError:
+        return 0
+    try:
+        for _, dirnames, filenames, dfd in os.fwalk(".", dir_fd=top, follow_symlinks=False):
+            for name in dirnames + filenames:
+                seen += 1
+                if seen > cap_entries:
+                    return total
+                try:
+                    total += os.stat(name, dir_fd=dfd, follow_symlinks=False).st_blocks * 512
+                except OSError:
+                    continue
+    finally:
+        os.close(top)
+    return total
+
+
+class LimitWatch:
+    """Names the limit that ended a command: the sandbox's group (memory, processes), the rlimits by the
+    signal that killed it (CPU time, file size), and the workspace's total size, which `during()` also
+    checks while a command runs so that a command filling the disk is stopped."""
+
+    INTERVAL_S = 2.0
+
+    def __init__(self, workspace: Path, limits: Limits, group: Any = None) -> None:
+        self.workspace, self.limits, self.group = workspace, limits, group
+        self._next = 0.0
+        self._before = 0
+
+    def start(self) -> None:
+        """A command begins: only growth past the cap from here on stops it (cleaning up must stay possible)."""
+        self._before = tree_bytes(self.workspace)
+        self._next = time.monotonic() + self.INTERVAL_S
+
+    def during(self) -> str | None:
+        now = time.monotonic()
+        if now < self._next:
+            return None
+        self._next = now + self.INTERVAL_S
+        return self._disk()
+
+    def _disk(self) -> str | None:
+        size = tree_bytes(self.workspace)
+        if size > self.limits.disk_mb << 20 and size > self._before:
+            return f"disk: the workspace holds more than {self.limits.disk_mb} MiB (delete files to go on)"
+        return None
+
+    def after(self, exit_code: int) -> str | None:
+        if self.group is not None and (hit := self.group.limit_hit()):
+            return hit
+        if exit_code == 128 + signal.SIGXCPU:
+            return f"cpu time: {self.limits.cpu_seconds} s per process"
+        if exit_code == 128 + signal.SIGXFSZ:
+            return f"file size: {self.limits.max_file_mb} MiB per file"
+        return self._disk()

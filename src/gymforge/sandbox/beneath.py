@@ -315,6 +315,14 @@ def _copy_file(sdfd: int, name: str, dst_top: int, rel: str, budget: int) -> int
         os.close(fd)
 
 
+def make_dir(root: Path, rel: str, uid: int | None = None) -> None:
+    """Make the directory `rel` beneath `root` (its parent must exist), mode 0755, owned by `uid` if given."""
+    with parent_of(root, rel) as (dfd, name):
+        os.mkdir(name, 0o755, dir_fd=dfd)
+        if uid is not None:
+            os.chown(name, uid, uid, dir_fd=dfd, follow_symlinks=False)
+
+
 def remove_entries(root: Path, rels: list[str]) -> None:
     """Remove mount points the host made beneath `root`, deepest first: empty directories and empty files
     only, each by its parent's fd (a directory swapped for a symlink makes the removal fail, not stray)."""

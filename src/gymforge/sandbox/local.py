@@ -36,20 +36,23 @@ import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 from typing import Callable, Literal
 
+from . import beneath, cgroups
 from .base import (
     DEFAULT_MAX_OUTPUT,
     PATH,
+    WORKDIR,
     ExecResult,
     Limits,
+    LimitWatch,
     Mount,
     OutputBuffer,
     SandboxError,
     Session,
-    WORKDIR,
     missing_ancestry,
     mount_points,
     remove_mount_points,
@@ -68,11 +71,20 @@ _ETC = (
     "nsswitch.conf", "os-release", "passwd", "protocols", "services", "ssl", "timezone",
 )  # fmt: skip
 _UID_BASE, _UID_SPAN = 1_000_000, 1_000_000  # below 2**21: old tar formats store uids in 7 octal digits
+_INSTALL = "install it with `apt-get install bubblewrap` (Debian/Ubuntu) or `dnf install bubblewrap`"
 _UNSHARE = ["unshare", "--pid", "--fork", "--kill-child", "--mount-proc"]
 
 
 def _is_root() -> bool:
     return os.geteuid() == 0
+
+
+VENV = "/opt/venv"
+"""Where a virtualenv's interpreter is shown under bwrap, so that $PATH names no host path."""
+
+
+def _venv() -> str | None:
+    return os.path.realpath(sys.prefix) if sys.prefix != sys.base_prefix else None
 
 
 def _python_prefixes() -> list[str]:
@@ -102,9 +114,9 @@ class _View:
         self.args += [flag, src, dst]
         self._host.add(dst)
 
-    def tmpfs(self, dst: str) -> None:
+    def tmpfs(self, dst: str, size_mb: int) -> None:
         self._parents(dst)
-        self.args += ["--perms", "1777", "--tmpfs", dst]
+        self.args += ["--perms", "1777", "--size", str(size_mb << 20), "--tmpfs", dst]
         self._tmpfs.add(dst)
 
     def special(self, flag: str, dst: str) -> None:
@@ -133,11 +145,13 @@ def _bwrap_argv(ws: Path, limits: Limits, mounts: list[Mount], uid: int | None, 
             v.bind("--ro-bind", p, p)
     v.special("--proc", "/proc")
     v.special("--dev", "/dev")
-    v.tmpfs("/tmp")
-    v.tmpfs("/dev/shm")
+    v.tmpfs("/tmp", limits.tmp_mb)
+    v.tmpfs("/dev/shm", limits.tmp_mb)
     # After the tmpfs: a virtualenv that lives under /tmp (a CI checkout) must stay visible.
     for p in _python_prefixes():
         v.bind("--ro-bind", p, p)
+    if venv := _venv():
+        v.bind("--ro-bind", venv, VENV)
     if gpus:
         for dev in sorted(Path("/dev").glob("nvidia*")):
             v.bind("--dev-bind", str(dev), str(dev))
@@ -198,20 +212,45 @@ def _user_tasks(uid: int) -> int:
     return n
 
 
-def _chown_tree(root: Path, uid: int) -> None:
-    """Give `uid` what it must write; entries without an owner write bit keep their owner."""
-    os.chown(root, uid, uid)
-    for dirpath, dirnames, filenames in os.walk(root):
-        for name in dirnames + filenames:
-            p = os.path.join(dirpath, name)
-            st = os.lstat(p)
-            if st.st_mode & 0o200:
-                os.lchown(p, uid, uid)
-
-
 def _proc_status(pid: str) -> dict[str, str]:
     with open(f"/proc/{pid}/status") as f:
         return dict(line.rstrip("\n").split(":\t", 1) for line in f if ":\t" in line)
+
+
+_ARGS_FD = "{args-fd}"
+
+
+def _hide_bwrap_options(argv: list[str]) -> tuple[list[str], bytes | None]:
+    """bwrap's options move to a pipe (`--args FD`): bwrap stays pid 1 of the sandbox, and its command
+    line, which names host paths, would otherwise be readable there in /proc/1/cmdline and `ps -ef`."""
+    if "bwrap" not in argv:
+        return argv, None
+    i = argv.index("bwrap")
+    j = argv.index("--", i)
+    return argv[: i + 1] + ["--args", _ARGS_FD] + argv[j:], "".join(a + "\0" for a in argv[i + 1 : j]).encode()
+
+
+def _pipe_with(data: bytes) -> int:
+    """The read end of a pipe that holds `data` and then ends."""
+    r, w = os.pipe()
+    try:
+        if len(data) > 60_000:  # more than a pipe buffer surely holds: write while bwrap reads
+            threading.Thread(target=_write_all, args=(w, data), daemon=True).start()
+            return r
+        _write_all(w, data)
+    except BaseException:
+        os.close(r)
+        raise
+    return r
+
+
+def _write_all(fd: int, data: bytes) -> None:
+    try:
+        view = memoryview(data)
+        while view:
+            view = view[os.write(fd, view) :]
+    finally:
+        os.close(fd)
 
 
 class _Proc:
@@ -219,11 +258,20 @@ class _Proc:
 
     def __init__(self, argv: list[str], env: dict[str, str], cwd: Path, confinement: Confinement) -> None:
         self.confinement = confinement
+        argv, options = _hide_bwrap_options(argv)
+        fds: tuple[int, ...] = ()
+        if options is not None:
+            fds = (_pipe_with(options),)
+            argv = [str(fds[0]) if a == _ARGS_FD else a for a in argv]
         # A new session: the tree gets a process group of its own that one killpg reaches.
-        self.proc = subprocess.Popen(
-            argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-            env=env, cwd=cwd, start_new_session=True,
-        )  # fmt: skip
+        try:
+            self.proc = subprocess.Popen(
+                argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                env=env, cwd=cwd, start_new_session=True, pass_fds=fds,
+            )  # fmt: skip
+        finally:
+            for fd in fds:
+                os.close(fd)
         self._out = self.proc.stdout.fileno()  # type: ignore[union-attr]
         self._ns: str | None = None
 
@@ -321,13 +369,20 @@ class LocalBackend:
         *,
         gpus: bool = False,
         max_output: int = DEFAULT_MAX_OUTPUT,
+        allow_weak_confinement: bool = False,
     ) -> None:
         if confinement == "auto":
             confinement = detect_confinement()
         elif confinement == "bwrap" and not _bwrap_works():
-            raise SandboxError("bwrap confinement requested but bubblewrap is missing or does not work here")
+            raise SandboxError(f"bwrap confinement requested but bubblewrap is missing or does not work here; {_INSTALL}")
         elif confinement == "unshare-net" and not _unshare_works():
             raise SandboxError("unshare-net confinement requested but `unshare` does not work here (needs root)")
+        if confinement != "bwrap" and not allow_weak_confinement:
+            raise SandboxError(
+                f"the local sandbox needs bubblewrap to confine untrusted code (found: {confinement}); {_INSTALL}. "
+                "Weaker confinement lets that code read and write the host's files, held-out answers included; "
+                "to accept that anyway set sandbox.allow_weak_confinement: true"
+            )
         self.confinement: Confinement = confinement
         self.gpus = gpus
         self.max_output = max_output
@@ -346,33 +401,33 @@ class LocalBackend:
 
     def _prepare(
         self, workspace: Path, limits: Limits, mounts: list[Mount], env: dict[str, str]
-    ) -> tuple[Path, list[str], dict[str, str], Callable[[], None]]:
-        """The argv prefix and environment of one sandbox, and the cleanup to run when it is gone."""
+    ) -> tuple[Path, list[str], dict[str, str], Callable[[], None], LimitWatch]:
+        """The argv prefix and environment of one sandbox, its limit watch and the cleanup to run when it is gone."""
         ws = workspace.resolve()
         if not ws.is_dir():
             raise SandboxError(f"workspace is not a directory: {ws}")
         extra = dict(env)
         if self.gpus and "CUDA_VISIBLE_DEVICES" in os.environ:
             extra.setdefault("CUDA_VISIBLE_DEVICES", os.environ["CUDA_VISIBLE_DEVICES"])
-        python_bin = str(Path(sys.executable).parent)
+        python_bin = f"{VENV}/bin" if self.confinement == "bwrap" and _venv() else str(Path(sys.executable).parent)
         full_env = sandbox_env(extra, home=self.workdir(ws), path=f"{python_bin}:{PATH}", network=limits.network)
         nproc: int | None = None
         if self.confinement == "bwrap":
             uid = _workspace_uid(ws) if _is_root() else None
             if uid is not None:
                 for p in [ws] + [m.host.resolve() for m in mounts if not m.read_only]:
-                    _chown_tree(p, uid)
+                    beneath.chown_tree(p, uid)
                 nproc = limits.max_processes
             created = mount_points(ws, [Path(resolve_target(m.target, str(ws))) for m in mounts], uid)
             prefix = _bwrap_argv(ws, limits, mounts, uid, self.gpus)
-            cleanup = functools.partial(remove_mount_points, created)
+            cleanup = functools.partial(remove_mount_points, ws, created)
         else:
             links = _link_mounts(ws, mounts)
             prefix = [] if self.confinement == "none" else _UNSHARE + ([] if limits.network else ["--net"])
-            cleanup = functools.partial(remove_mount_points, links)
+            cleanup = functools.partial(remove_mount_points, ws, links)
         if not _is_root():
             nproc = _user_tasks(os.getuid()) + limits.max_processes
-        ulimit = f"ulimit -c 0 -v {limits.memory_mb * 1024} -f {limits.max_file_mb * 1024}"
+        ulimit = f"ulimit -c 0 -v {limits.memory_mb * 1024} -f {limits.max_file_mb * 1024} -n {limits.open_files}"
         if nproc is not None:
             ulimit += f" -u {nproc}"
         # SIGXCPU at the soft limit tells "out of CPU time" apart from other kills; SIGKILL 5 s later.
@@ -381,16 +436,22 @@ class LocalBackend:
         # has no handler for, SIGXCPU included, so the code itself must never be pid 1.
         run = '"$@"; exit $?' if self.confinement == "unshare-net" else 'exec "$@"'
         prefix += ["bash", "--noprofile", "--norc", "-c", f"{ulimit} && {run}", "gymforge-sandbox"]
-        return ws, prefix, full_env, cleanup
+        group = None
+        if cgroups.available():
+            group = cgroups.SandboxGroup(limits.memory_mb, limits.max_processes)
+            prefix = group.wrap(prefix)
+            cleanup = _then(cleanup, group.remove)
+        return ws, prefix, full_env, cleanup, LimitWatch(ws, limits, group)
 
     def open(
         self, workspace: Path, *, limits: Limits, mounts: list[Mount] = [], env: dict[str, str] = {}
     ) -> Session:
-        ws, prefix, full_env, cleanup = self._prepare(workspace, limits, mounts, env)
+        ws, prefix, full_env, cleanup, watch = self._prepare(workspace, limits, mounts, env)
         argv = prefix + ["bash", "--noprofile", "--norc"]
         try:
             return ShellSession(
-                ws, self.workdir(ws), lambda: _Proc(argv, full_env, ws, self.confinement), self.max_output, cleanup
+                ws, self.workdir(ws), lambda: _Proc(argv, full_env, ws, self.confinement), self.max_output, cleanup,
+                watch=watch, confinement=self.confinement,
             )
         except BaseException:
             cleanup()
@@ -406,9 +467,11 @@ class LocalBackend:
         mounts: list[Mount] = [],
         env: dict[str, str] = {},
     ) -> ExecResult:
-        ws, prefix, full_env, cleanup = self._prepare(workspace, limits, mounts, env)
+        ws, prefix, full_env, cleanup, watch = self._prepare(workspace, limits, mounts, env)
         t0 = time.monotonic()
         buf = OutputBuffer(self.max_output)
+        limit = None
+        watch.start()
         try:
             p = _Proc(prefix + list(argv), full_env, ws, self.confinement)
             p.proc.stdin.close()  # type: ignore[union-attr]
@@ -416,6 +479,8 @@ class LocalBackend:
             ended = False
             while not ended and time.monotonic() < deadline and p.proc.poll() is None:
                 ended = collect(p, min(deadline, time.monotonic() + 0.2), buf)
+                if limit := watch.during():
+                    deadline = time.monotonic()  # stop it as a timeout would
             if not ended and p.proc.poll() is not None:
                 # Drain: the output may outlive the process, held open by what it left behind ("none").
                 collect(p, time.monotonic() + 0.5, buf)
@@ -423,13 +488,25 @@ class LocalBackend:
                 p.proc.wait(timeout=max(deadline - time.monotonic(), 0))
                 code, timed_out = p.exit_code(), False
             except subprocess.TimeoutExpired:
-                code, timed_out = 137, True
+                code, timed_out = 137, limit is None
             p.kill()
+            limit = limit or watch.after(code)
         finally:
             cleanup()
         return ExecResult(
-            output=buf.text(), exit_code=code, timed_out=timed_out, duration_s=round(time.monotonic() - t0, 4)
+            output=buf.text(), exit_code=code, timed_out=timed_out, duration_s=round(time.monotonic() - t0, 4),
+            limit=limit,
         )
+
+
+def _then(first: Callable[[], None], second: Callable[[], None]) -> Callable[[], None]:
+    def both() -> None:
+        try:
+            first()
+        finally:
+            second()
+
+    return both
 
 
 def _link_mounts(ws: Path, mounts: list[Mount]) -> list[Path]:

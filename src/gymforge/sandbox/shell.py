@@ -24,7 +24,7 @@ import time
 from pathlib import Path
 from typing import Callable, Protocol
 
-from .base import ExecResult, OutputBuffer, SandboxError, Session
+from .base import ExecResult, LimitWatch, OutputBuffer, SandboxError, Session
 
 log = logging.getLogger(__name__)
 
@@ -88,9 +88,20 @@ class ShellSession(Session):
     """A `Session` over any `Channel`; `spawn` starts a fresh shell, `on_close` releases the sandbox."""
 
     def __init__(
-        self, workspace: Path, workdir: str, spawn: Callable[[], Channel], max_output: int, on_close: Callable[[], None]
+        self,
+        workspace: Path,
+        workdir: str,
+        spawn: Callable[[], Channel],
+        max_output: int,
+        on_close: Callable[[], None],
+        *,
+        watch: LimitWatch | None = None,
+        confinement: str | None = None,
     ) -> None:
         self.workspace = workspace
+        self.confinement = confinement
+        self._watch = watch
+        self._limit: str | None = None
         self.workdir = self.cwd = workdir
         self._spawn = spawn
         self._max_output = max_output
@@ -139,10 +150,15 @@ class ShellSession(Session):
         end = self._token + b"-end\n"
         pending = bytearray()
         timed_out = False
+        self._limit = None
+        if self._watch is not None:
+            self._watch.start()
         deadline = t0 + timeout
         chan.send(f"eval {bash_quote(command)} </dev/null; __gf_done $?\n".encode())
         while True:
             left = deadline - time.monotonic()
+            if not timed_out and self._watch is not None and (hit := self._watch.during()):
+                self._limit, left = hit, 0  # stop the command as a timeout would
             if left <= 0:
                 if timed_out:  # the shell itself is stuck: replace it
                     buf.add(bytes(pending))
@@ -153,7 +169,7 @@ class ShellSession(Session):
                 chan.interrupt(self._pid)
                 deadline = time.monotonic() + KILL_GRACE
                 continue
-            data = chan.recv(left)
+            data = chan.recv(min(left, LimitWatch.INTERVAL_S) if self._watch is not None else left)
             if data is None:
                 continue
             if data == b"":  # the shell exited (`exit`, `set -e`, `exec`)
@@ -188,8 +204,10 @@ class ShellSession(Session):
             self._exports = exports
 
     def _result(self, buf: OutputBuffer, code: int, timed_out: bool, t0: float) -> ExecResult:
+        limit = self._limit or (self._watch.after(code) if self._watch is not None else None)
         return ExecResult(
-            output=buf.text(), exit_code=code, timed_out=timed_out, duration_s=round(time.monotonic() - t0, 4)
+            output=buf.text(), exit_code=code, timed_out=timed_out and self._limit is None,
+            duration_s=round(time.monotonic() - t0, 4), limit=limit,
         )
 
     def _drop(self) -> None:

@@ -53,11 +53,9 @@ def _attempt(cfg: GymforgeConfig, tree: Path, work: Path, hidden, episode_dir: P
     from gymforge.environment import BaselineFailed, InstallError, TaskEnvironment, TaskUnsupported
     from gymforge.hub.prefetch import cache_root
     from gymforge.llm import make_client
-    from gymforge.sandbox import Limits, get_sandbox
+    from gymforge.episode import limits_of, sandbox_for
 
-    sandbox = get_sandbox(cfg.sandbox.backend, **({"image": cfg.sandbox.image} if cfg.sandbox.backend == "docker" else {}))
-    limits = Limits(memory_mb=cfg.sandbox.memory_mb, cpu_seconds=cfg.sandbox.cpu_seconds,
-                    max_processes=cfg.sandbox.max_processes)
+    sandbox, limits = sandbox_for(cfg, 0), limits_of(cfg)
 
     def environment(name: str) -> TaskEnvironment:
         return TaskEnvironment(_task_yaml(tree), root=tree, sandbox=sandbox, run_dir=work / name, limits=limits,
