@@ -19,9 +19,11 @@ from gymforge.benchmark.decontamination import (
     check,
     enforce,
     proposal_extra,
-    run as run_check,
     words,
     write_report,
+)
+from gymforge.benchmark.decontamination import (
+    run as run_check,
 )
 from gymforge.benchmark.suite import (
     BUILTIN,
@@ -33,9 +35,14 @@ from gymforge.benchmark.suite import (
     mlgym_tasks,
     task_meta_file,
 )
-from gymforge.config import EvaluateConfig, GymforgeConfig
+from gymforge.config import ConfigError, EvaluateConfig, GymforgeConfig, validate_config
 from gymforge.environment import TaskEnvironment
-from gymforge.mlgym import BENCHMARK_TASKS, load_dataset_config, load_task_config, render_description
+from gymforge.mlgym import (
+    BENCHMARK_TASKS,
+    load_dataset_config,
+    load_task_config,
+    render_description,
+)
 from gymforge.run_task import run_task
 from gymforge.sandbox import SandboxBackend, get_sandbox
 
@@ -283,48 +290,83 @@ def _task_yaml(task_id: str, description: str = "Do the task.", datasets: list[s
     return yaml.safe_dump(task, sort_keys=False)
 
 
+THREE = ["regressionKaggleHousePrice", "imageClassificationFMnist", "prisonersDilemma"]
+
+
 def fake_mlgym(root: Path) -> Path:
-    """A minimal MLGym checkout: three of the 13 benchmark tasks and one task outside the benchmark."""
+    """A minimal MLGym checkout with MLGym's quirks: all 13 benchmark ids, rlMetaMazeMisc in rlMetaMaze.yaml, a
+    second config declaring imageClassificationCifar10, a free-text dataset name, a task outside the benchmark."""
     tasks, datasets = root / "configs" / "tasks", root / "configs" / "datasets"
     tasks.mkdir(parents=True)
     datasets.mkdir(parents=True)
+    for task_id in BENCHMARK_TASKS:
+        file = "rlMetaMaze" if task_id == "rlMetaMazeMisc" else task_id
+        (tasks / f"{file}.yaml").write_text(_task_yaml(task_id))
+    (tasks / "imageClassificationCifar10L1.yaml").write_text(_task_yaml("imageClassificationCifar10"))
     (tasks / "prisonersDilemma.yaml").write_text(_task_yaml("prisonersDilemma", entrypoint="PythonSubmissionTasks"))
     (tasks / "imageClassificationFMnist.yaml").write_text(
         _task_yaml("imageClassificationFMnist", datasets=["datasets/fashionMnistHF.yaml"]))
     (datasets / "fashionMnistHF.yaml").write_text(yaml.safe_dump(
-        {"name": "fashionMnistHF", "description": "Zalando's article images.", "data_path": "zalando-datasets/fashion_mnist"}))
+        {"name": "Fashion MNIST", "description": "Zalando's article images.",
+         "data_path": "zalando-datasets/fashion_mnist"}))
     (tasks / "regressionKaggleHousePrice.yaml").write_text(
         _task_yaml("regressionKaggleHousePrice", datasets=["datasets/kaggleHousingPrice.yaml"]))
     (datasets / "kaggleHousingPrice.yaml").write_text(yaml.safe_dump(
         {"name": "kaggleHousingPrice", "description": "Ames houses.", "data_path": "data/regressionKaggleHousePrice/data",
          "is_local": True}))
-    (tasks / "titanic.yaml").write_text(_task_yaml("titanic"))
+    (tasks / "titanic.yaml").write_text(_task_yaml("titanicSurvival"))
     return root
 
 
 def test_mlgym_tasks_reads_a_checkout(tmp_path: Path) -> None:
     root = fake_mlgym(tmp_path / "MLGym")
     tasks = mlgym_tasks(root)
-    assert [t.id for t in tasks] == ["regressionKaggleHousePrice", "imageClassificationFMnist", "prisonersDilemma"]
+    assert [t.id for t in tasks] == list(BENCHMARK_TASKS)
     by_id = {t.id: t for t in tasks}
+    assert by_id["rlMetaMazeMisc"].task_yaml.name == "rlMetaMaze.yaml"  # found by its id, not its file name
+    assert by_id["imageClassificationCifar10"].task_yaml.name == "imageClassificationCifar10.yaml"
     assert by_id["regressionKaggleHousePrice"].metric == "r2" and by_id["regressionKaggleHousePrice"].higher_is_better
     assert "kaggleHousingPrice" in by_id["regressionKaggleHousePrice"].datasets
-    assert {"fashionMnistHF", "zalando-datasets/fashion_mnist"} <= set(by_id["imageClassificationFMnist"].datasets)
+    assert {"Fashion MNIST", "zalando-datasets/fashion_mnist"} <= set(by_id["imageClassificationFMnist"].datasets)
     assert by_id["prisonersDilemma"].entrypoint == "PythonSubmissionTasks"
     assert all(t.benchmark == "mlgym" and t.root == root.resolve() and t.family and t.keywords for t in tasks)
     assert all((t.metric, t.higher_is_better) == BENCHMARK_TASKS[t.id] for t in tasks)
 
-    cfg = EvaluateConfig(benchmark="mlgym", mlgym_root=str(root), tasks=["prisonersDilemma"])
-    assert [t.id for t in load_benchmark(cfg)] == ["prisonersDilemma"]
-    with pytest.raises(BenchmarkError, match=r"blotto has no config .*available: regressionKaggleHousePrice"):
-        load_benchmark(EvaluateConfig(benchmark="mlgym", mlgym_root=str(root), tasks=["blotto"]))
+    cfg = EvaluateConfig(benchmark="mlgym", mlgym_root=str(root), tasks=["rlMetaMazeMisc", "prisonersDilemma"])
+    assert [t.id for t in load_benchmark(cfg)] == ["rlMetaMazeMisc", "prisonersDilemma"]
+    with pytest.raises(BenchmarkError, match="titanicSurvival is not an MLGym-Bench task; choose from"):
+        load_benchmark(EvaluateConfig(benchmark="mlgym", mlgym_root=str(root), tasks=["titanicSurvival"]))
+
+
+def test_a_missing_benchmark_task_fails_loudly_unless_narrowed(tmp_path: Path) -> None:
+    root = fake_mlgym(tmp_path / "MLGym")
+    (root / "configs" / "tasks" / "rlMetaMaze.yaml").unlink()
+    (root / "configs" / "tasks" / "blotto.yaml").write_text("id: [unclosed\n")
+    with pytest.raises(BenchmarkError) as err:
+        load_benchmark(EvaluateConfig(benchmark="mlgym", mlgym_root=str(root)))
+    message = str(err.value)
+    assert "blotto, rlMetaMazeMisc" in message and "found 11 of 13" in message
+    assert "blotto.yaml (invalid YAML)" in message and "set evaluate.tasks to run a subset" in message
+    narrowed = EvaluateConfig(benchmark="mlgym", mlgym_root=str(root), tasks=THREE)
+    assert [t.id for t in load_benchmark(narrowed)] == THREE
+    with pytest.raises(BenchmarkError, match=r"rlMetaMazeMisc \(unreadable: blotto.yaml \(invalid YAML\)\); found 1 of 2$"):
+        load_benchmark(EvaluateConfig(benchmark="mlgym", mlgym_root=str(root), tasks=["rlMetaMazeMisc", "prisonersDilemma"]))
+
+
+def test_an_id_declared_twice_without_its_own_file_is_an_error(tmp_path: Path) -> None:
+    root = fake_mlgym(tmp_path / "MLGym")
+    tasks = root / "configs" / "tasks"
+    (tasks / "imageClassificationCifar10.yaml").rename(tasks / "imageClassificationCifar10L2.yaml")
+    with pytest.raises(BenchmarkError, match=r"declared by 2 configs \(imageClassificationCifar10L1.yaml, "
+                                             r"imageClassificationCifar10L2.yaml\)"):
+        mlgym_tasks(root, ["imageClassificationCifar10"])
 
 
 def test_mlgym_tasks_explains_missing_files(tmp_path: Path) -> None:
     with pytest.raises(BenchmarkError, match="does not exist"):
         mlgym_tasks(tmp_path / "nowhere")
     (tmp_path / "empty" / "configs" / "tasks").mkdir(parents=True)
-    with pytest.raises(BenchmarkError, match="none of MLGym-Bench's task configs"):
+    with pytest.raises(BenchmarkError, match="no config declares .* found 0 of 13"):
         mlgym_tasks(tmp_path / "empty")
     root = fake_mlgym(tmp_path / "MLGym")
     (root / "configs" / "datasets" / "fashionMnistHF.yaml").unlink()
@@ -377,7 +419,7 @@ def test_real_synthesized_tasks_pass_both_benchmarks(synthesized: list[tuple[Pat
     report = check(builtin_tasks(), trees, extra)
     assert report.ok and report.benchmark == "builtin" and report.checked == len(SYNTH_CASES), report.conflicts
     enforce(report)  # no error
-    mlgym = check(mlgym_tasks(fake_mlgym(tmp_path / "MLGym")), trees, extra)
+    mlgym = check(mlgym_tasks(fake_mlgym(tmp_path / "MLGym"), THREE), trees, extra)
     assert mlgym.ok and mlgym.benchmark == "mlgym", mlgym.conflicts
     (tmp_path / "empty" / "mlgym").mkdir(parents=True)  # a discarded slot leaves an empty tree
     assert check(builtin_tasks(), [tmp_path / "empty" / "mlgym"]).checked == 0
@@ -397,7 +439,7 @@ def synthetic_tree(root: Path, task_id: str, name: str, description: str,
 
 
 def test_a_prisoners_dilemma_task_fails_against_mlgym(tmp_path: Path) -> None:
-    benchmark = mlgym_tasks(fake_mlgym(tmp_path / "MLGym"))
+    benchmark = mlgym_tasks(fake_mlgym(tmp_path / "MLGym"), THREE)
     tree = synthetic_tree(tmp_path / "synth", "repeatedDilemmaBots", "Repeated Prisoner’s Dilemma bots",
                           "Write a strategy that defects or cooperates against scripted opponents.")
     report = check(benchmark, [tree])
@@ -428,7 +470,7 @@ def test_a_clustering_task_fails_against_the_builtin_suite(tmp_path: Path) -> No
 
 def test_the_same_dataset_fails_whatever_its_spelling(tmp_path: Path,
                                                       synthesized: list[tuple[Path, Extra]]) -> None:
-    benchmark = mlgym_tasks(fake_mlgym(tmp_path / "MLGym"))
+    benchmark = mlgym_tasks(fake_mlgym(tmp_path / "MLGym"), THREE)
     hf = synthetic_tree(tmp_path / "hf", "apparelTypes", "Apparel type recognition", "Predict the garment type.",
                         {"name": "apparelImages", "description": "Garments.", "data_path": "Fashion-MNIST"})
     local = synthetic_tree(tmp_path / "local", "homeValues", "Home value regression", "Predict the sale value.",
@@ -439,7 +481,7 @@ def test_the_same_dataset_fails_whatever_its_spelling(tmp_path: Path,
     found = {(c.task_id, c.benchmark_task, c.kind) for c in report.conflicts}
     assert ("apparelTypes", "imageClassificationFMnist", "dataset") in found
     assert ("homeValues", "regressionKaggleHousePrice", "dataset") in found
-    assert not any(c.benchmark_task == "imageClassificationCifar10" for c in report.conflicts)  # not in this checkout
+    assert not any(c.benchmark_task == "imageClassificationCifar10" for c in report.conflicts)  # not among the tasks checked
     builtin = check(builtin_tasks(), [tree], {str(tree): Extra(datasets=["gymforge-benchmark/grid_navigation_maps"])})
     assert [(c.benchmark_task, c.kind) for c in builtin.conflicts] == [("gridNavigation", "dataset")]
 
@@ -464,3 +506,12 @@ def test_proposals_feed_the_check(tmp_path: Path) -> None:
     report = DecontaminationReport.model_validate_json(out.read_text())
     assert [(c.benchmark_task, c.kind) for c in report.conflicts] == [("blobClustering", "family")]
     assert "extra text" in report.conflicts[0].detail
+
+
+def test_odd_evaluate_task_ids_fail_at_config_load(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match=r"evaluate.tasks: task id 'x{40}'\.\.\. is 300 characters long") as err:
+        validate_config({"evaluate": {"benchmark": "mlgym", "mlgym_root": str(tmp_path), "tasks": ["x" * 300]}})
+    assert "x" * 41 not in str(err.value)
+    with pytest.raises(ConfigError, match="'../x' may only use ASCII letters"):
+        validate_config({"evaluate": {"tasks": ["../x"]}})
+    assert not list(tmp_path.iterdir())

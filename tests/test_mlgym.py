@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -227,8 +228,8 @@ def test_unsafe_and_misrooted_paths_rejected() -> None:
 def test_id_must_equal_file_stem_in_generated_configs(tmp_path: Path) -> None:
     text = dump_yaml(TaskConfig(id="penguinSpecies", name="n", description="d"))
     _, errors = parse_config(TaskConfig, text, "configs/tasks/penguins.yaml", "penguins")
-    assert errors == ["configs/tasks/penguins.yaml: id 'penguinSpecies' must equal the file name stem 'penguins' "
-                      "(set id: penguins or name the file penguinSpecies.yaml)"]
+    assert errors == [("configs/tasks/penguins.yaml: id 'penguinSpecies' must equal the file name stem 'penguins' "
+                       "(set id: penguins or name the file penguinSpecies.yaml)")]
     _, errors = parse_config(DatasetConfig, "name: flowers\ndescription: d\ndata_path: scikit-learn/iris\n",
                              "iris.yaml", "iris")
     assert errors and "name 'flowers' must equal the file name stem 'iris'" in errors[0]
@@ -277,3 +278,42 @@ def test_benchmark_tasks() -> None:
     assert sum(not m.higher_is_better for m in BENCHMARK_TASKS.values()) == 2
     for task_id in BENCHMARK_TASKS:
         TaskConfig(id=task_id, name="n", description="d")
+
+
+def test_mlgym_dataset_names_are_free_text_when_read(tmp_path: Path) -> None:
+    # MLGym's own 3SAT.yaml and fashionMnistHF.yaml: names with spaces, shown only as {dataset_docs} headings.
+    path = tmp_path / "3SAT.yaml"
+    path.write_text("name: 3 SAT Problem Dataset\ndescription: Random formulas.\ndata_path: data/3SATTime/data\n"
+                    "is_local: true\n")
+    dataset = load_dataset_config(path)
+    assert dataset_docs([dataset]).startswith("3 SAT PROBLEM DATASET:\nRandom formulas.")
+    _, errors = parse_config(DatasetConfig, path.read_text(), "3SAT.yaml", None)  # what we generate: strict
+    assert errors and "not a valid identifier" in errors[0]
+
+
+@pytest.mark.parametrize(("task_id", "needle"), [
+    ("a" * 300, "is 300 characters long (at most 64)"),
+    ("b" * 65, "is 65 characters long"),
+    ("penguin species", "may only use ASCII letters, digits, '_' and '-'"),
+    ("../escape", "may only use"),
+    ("", "is empty"),
+])
+def test_odd_task_ids_fail_at_load_even_leniently(tmp_path: Path, task_id: str, needle: str) -> None:
+    path = tmp_path / "t.yaml"
+    path.write_text(f"id: '{task_id}'\nname: n\ndescription: d\n")
+    with pytest.raises(MLGymConfigError, match=re.escape(needle)) as err:
+        load_task_config(path)
+    assert "a" * 41 not in str(err.value)  # a long id is shortened in the message
+    with pytest.raises(ValueError) as err:  # what we generate: the stricter identifier rule
+        TaskConfig(id=task_id, name="n", description="d")
+    assert "a" * 41 not in str(err.value)
+    assert ("characters long (at most 64)" if len(task_id) > 64 else "snake_case or camelCase") in str(err.value)
+
+
+def test_hyphenated_ids_load_from_existing_trees_but_are_not_generated(tmp_path: Path) -> None:
+    path = tmp_path / "t.yaml"
+    path.write_text("id: rl-maze_v2\nname: n\ndescription: d\n")
+    assert load_task_config(path).id == "rl-maze_v2"
+    _, errors = parse_config(TaskConfig, path.read_text(), "rl-maze_v2.yaml", "rl-maze_v2")
+    assert errors and "snake_case or camelCase" in errors[0]
+    assert TaskConfig(id="x" * 64, name="n", description="d").id == "x" * 64

@@ -15,12 +15,12 @@ Semantics follow facebookresearch/MLGym (`mlgym/configs/task.py`, `mlgym/environ
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 from pathlib import Path, PurePosixPath
-from typing import Annotated, Any, Literal, NamedTuple, Sequence, TypeVar
+from typing import Any, Literal, NamedTuple, TypeVar
 
 import yaml
 from pydantic import (
-    AfterValidator,
     BaseModel,
     ConfigDict,
     Field,
@@ -34,6 +34,8 @@ Entrypoint = Literal["CSVSubmissionTasks", "ModelSubmissionTasks", "LMSubmission
 DEFAULT_TRAINING_TIMEOUT = 3600  # MLGym's MLGYM_AGENT_LONG_TIMEOUT default, used when training_timeout is unset
 PLACEHOLDER = "{dataset_docs}"
 ID_PATTERN = r"^[A-Za-z0-9]+(?:_[A-Za-z0-9]+)*$"  # snake_case or camelCase; MLGym has ids like 3SATTime
+ID_MAX_LENGTH = 64
+SAFE_ID_PATTERN = rf"^[A-Za-z0-9_-]{{1,{ID_MAX_LENGTH}}}$"  # every task id, MLGym's own included
 
 
 class PriorityMetric(NamedTuple):
@@ -119,16 +121,38 @@ def description_errors(description: str) -> list[str]:
     return errors
 
 
+def _short(value: str) -> str:
+    return repr(value) if len(value) <= 48 else f"{value[:40]!r}..."
+
+
+def check_task_id(value: str, what: str = "task id") -> str:
+    """`value` if it is safe as a file and directory name: at most 64 characters of [A-Za-z0-9_-].
+
+    Every task id must pass, MLGym's own included: ids name result files and run folders.
+    """
+    if not re.fullmatch(SAFE_ID_PATTERN, value):
+        problem = (f"is {len(value)} characters long (at most {ID_MAX_LENGTH})" if len(value) > ID_MAX_LENGTH
+                   else "is empty" if not value else "may only use ASCII letters, digits, '_' and '-'")
+        raise ValueError(f"{what} {_short(value)} {problem}; ids name files and folders")
+    return value
+
+
 def _identifier(value: str) -> str:
+    """What generated ids and dataset names must meet: snake_case or camelCase, at most 64 characters."""
+    if len(value) > ID_MAX_LENGTH:
+        raise ValueError(f"{_short(value)} is {len(value)} characters long (at most {ID_MAX_LENGTH}); ids name files")
     if not re.fullmatch(ID_PATTERN, value):
         raise ValueError(
-            f"{value!r} is not a valid identifier: use snake_case or camelCase "
-            "(ASCII letters and digits, words joined by single underscores), e.g. penguinSpecies or penguin_species"
+            f"{_short(value)} is not a valid identifier: use snake_case or camelCase "
+            "(ASCII letters and digits, words joined by single underscores, at most "
+            f"{ID_MAX_LENGTH} characters), e.g. penguinSpecies or penguin_species"
         )
     return value
 
 
-Identifier = Annotated[str, AfterValidator(_identifier), Field(json_schema_extra={"pattern": ID_PATTERN})]
+def _lenient(info: ValidationInfo) -> bool:
+    """True when an existing config is read as MLGym reads it (see `parse_config`)."""
+    return bool((info.context or {}).get("mlgym_lenient"))
 
 
 class _Model(BaseModel):
@@ -145,13 +169,20 @@ class DatasetConfig(_Model):
 
     model_config = ConfigDict(frozen=True)
 
-    name: Identifier = Field(description="Upper-cased as the heading of this dataset in {dataset_docs}.")
+    name: str = Field(min_length=1, description="Upper-cased as the heading of this dataset in {dataset_docs}.",
+                      json_schema_extra={"pattern": ID_PATTERN, "maxLength": ID_MAX_LENGTH})
     description: str = Field(min_length=1)
     data_path: str = Field(min_length=1, description="Hugging Face id, or a path relative to the MLGym root when is_local.")
     is_local: bool = False
     train_split: Split | None = None
     valid_split: Split | None = None
     test_split: Split | None = None
+
+    @field_validator("name")
+    @classmethod
+    def _name(cls, value: str, info: ValidationInfo) -> str:
+        # MLGym's own names are free text ("3 SAT Problem Dataset", "Fashion MNIST"); only the heading uses them.
+        return value if _lenient(info) else _identifier(value)
 
     @model_validator(mode="after")
     def _local_path(self) -> DatasetConfig:
@@ -168,7 +199,7 @@ class DatasetConfig(_Model):
 class TaskConfig(_Model):
     """`configs/tasks/<id>.yaml`; MLGym's `TaskConfig`, same field order and defaults."""
 
-    id: Identifier
+    id: str = Field(json_schema_extra={"pattern": ID_PATTERN, "maxLength": ID_MAX_LENGTH})
     name: str = Field(min_length=1)
     description: str = Field(min_length=1)
     dataset_configs: list[str] = Field(default_factory=list, description="Paths relative to configs/, e.g. datasets/x.yaml.")
@@ -185,6 +216,11 @@ class TaskConfig(_Model):
     evaluation_read_only: bool = False
     secret_files: list[str] = Field(default_factory=list, description="Declared by MLGym but not implemented there.")
     memory_path: str | None = None
+
+    @field_validator("id")
+    @classmethod
+    def _id(cls, value: str, info: ValidationInfo) -> str:
+        return check_task_id(value) if _lenient(info) else _identifier(value)
 
     @field_validator("description")
     @classmethod
@@ -220,8 +256,7 @@ class TaskConfig(_Model):
     @model_validator(mode="after")
     def _consistent(self, info: ValidationInfo) -> TaskConfig:
         errors = []
-        strict = not (info.context or {}).get("mlgym_lenient")
-        if strict and self.dataset_configs and PLACEHOLDER not in self.description:
+        if not _lenient(info) and self.dataset_configs and PLACEHOLDER not in self.description:
             errors.append(
                 f"description: the task has dataset_configs, so the description must contain the placeholder "
                 f"{PLACEHOLDER} where MLGym inserts the dataset documentation"

@@ -13,14 +13,21 @@ Every task carries what decontamination needs to keep synthesized tasks away fro
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Literal, NamedTuple
 
+import yaml
 from pydantic import BaseModel, ConfigDict
 
 from gymforge import atomic
 from gymforge.config import EvaluateConfig
-from gymforge.mlgym import BENCHMARK_TASKS, Entrypoint, load_dataset_config, load_task_config
+from gymforge.mlgym import (
+    BENCHMARK_TASKS,
+    Entrypoint,
+    load_dataset_config,
+    load_task_config,
+)
 
 BenchmarkName = Literal["builtin", "mlgym"]
 
@@ -165,11 +172,50 @@ def builtin_tasks() -> list[BenchmarkTask]:
     return tasks
 
 
-def mlgym_tasks(mlgym_root: Path | str) -> list[BenchmarkTask]:
-    """MLGym-Bench's tasks found in a checkout: `configs/tasks/<id>.yaml` for the ids of BENCHMARK_TASKS.
+def _index_task_ids(configs: Path) -> tuple[dict[str, list[Path]], list[str]]:
+    """{task id: config files declaring it} over `configs/*.yaml`, and the files whose id could not be read.
 
-    Dataset identities are the built-in ones plus the names (and Hugging Face ids) in the task's dataset
-    configs. Tasks whose YAML is absent are left out; a checkout with none of them is an error.
+    MLGym runs a task from its config file, and the file name need not be the id (rlMetaMazeMisc lives in
+    rlMetaMaze.yaml; imageClassificationCifar10L1.yaml declares imageClassificationCifar10 again).
+    """
+    found: dict[str, list[Path]] = {}
+    unreadable = []
+    for path in sorted(configs.glob("*.yaml")):
+        try:
+            data = yaml.safe_load(path.read_text())
+        except yaml.YAMLError:
+            unreadable.append(f"{path.name} (invalid YAML)")
+            continue
+        except (OSError, UnicodeDecodeError) as exc:
+            unreadable.append(f"{path.name} ({exc})")
+            continue
+        task_id = data.get("id") if isinstance(data, dict) else None
+        if isinstance(task_id, str):
+            found.setdefault(task_id, []).append(path)
+        else:
+            unreadable.append(f"{path.name} (no id field)")
+    return found, unreadable
+
+
+def _pick(task_id: str, paths: list[Path]) -> Path:
+    """The config of `task_id`: the only one, or the one named after it (MLGym's own task file)."""
+    if len(paths) == 1:
+        return paths[0]
+    named = [p for p in paths if p.stem == task_id]
+    if len(named) == 1:
+        return named[0]
+    raise BenchmarkError(
+        f"task id {task_id} is declared by {len(paths)} configs ({', '.join(p.name for p in paths)}) and none is "
+        f"named {task_id}.yaml; rename the one to run"
+    )
+
+
+def mlgym_tasks(mlgym_root: Path | str, task_ids: Sequence[str] | None = None) -> list[BenchmarkTask]:
+    """MLGym-Bench's tasks in a checkout, found by the `id` field of `configs/tasks/*.yaml`.
+
+    `task_ids` (default: all 13 of BENCHMARK_TASKS) must all be found: a missing one is an error naming it,
+    so AUP is never silently computed over fewer tasks. Dataset identities are the built-in ones plus the
+    names (and Hugging Face ids) in the task's dataset configs.
     """
     root = Path(mlgym_root).expanduser().resolve()
     configs = root / "configs" / "tasks"
@@ -177,13 +223,25 @@ def mlgym_tasks(mlgym_root: Path | str) -> list[BenchmarkTask]:
         what = "does not exist" if not root.exists() else f"has no {configs.relative_to(root)} directory"
         raise BenchmarkError(
             f"evaluate.mlgym_root {root} {what}; point it at a checkout of facebookresearch/MLGym "
-            f"(configs/tasks/<id>.yaml for {', '.join(BENCHMARK_TASKS)})"
+            f"(configs/tasks/*.yaml declaring the ids {', '.join(BENCHMARK_TASKS)})"
+        )
+    wanted = list(BENCHMARK_TASKS) if task_ids is None else list(dict.fromkeys(task_ids))
+    if unknown := [t for t in wanted if t not in BENCHMARK_TASKS]:
+        raise BenchmarkError(
+            f"evaluate.tasks: {', '.join(unknown)} is not an MLGym-Bench task; choose from {', '.join(BENCHMARK_TASKS)}"
+        )
+    found, unreadable = _index_task_ids(configs)
+    if missing := [t for t in wanted if t not in found]:
+        hint = ("; set evaluate.tasks to run a subset on purpose" if task_ids is None else "")
+        skipped = f" (unreadable: {', '.join(unreadable)})" if unreadable else ""
+        raise BenchmarkError(
+            f"{configs}: no config declares the MLGym-Bench task id(s) {', '.join(missing)}{skipped}; found "
+            f"{len(wanted) - len(missing)} of {len(wanted)}{hint}"
         )
     tasks = []
-    for task_id, (metric, higher) in BENCHMARK_TASKS.items():
-        path = configs / f"{task_id}.yaml"
-        if not path.is_file():
-            continue
+    for task_id in wanted:
+        path = _pick(task_id, found[task_id])
+        metric, higher = BENCHMARK_TASKS[task_id]
         config = load_task_config(path)
         family, keywords, known = MLGYM[task_id]
         datasets = list(known)
@@ -200,37 +258,25 @@ def mlgym_tasks(mlgym_root: Path | str) -> list[BenchmarkTask]:
             metric=metric, higher_is_better=higher, family=family, keywords=list(keywords),
             datasets=list(dict.fromkeys(datasets)), benchmark="mlgym",
         ))
-    if not tasks:
-        raise BenchmarkError(
-            f"{configs} holds none of MLGym-Bench's task configs ({', '.join(f'{t}.yaml' for t in BENCHMARK_TASKS)})"
-        )
     return tasks
 
 
 def load_benchmark(evaluate_cfg: EvaluateConfig) -> list[BenchmarkTask]:
     """The tasks `evaluate` runs: the configured benchmark, narrowed to `evaluate.tasks` when given."""
-    if evaluate_cfg.benchmark == "builtin":
-        tasks = builtin_tasks()
-    else:
+    if evaluate_cfg.tasks is not None and not evaluate_cfg.tasks:
+        raise BenchmarkError("evaluate.tasks is empty; list task ids or set it to null for every task of the benchmark")
+    if evaluate_cfg.benchmark == "mlgym":
         if not evaluate_cfg.mlgym_root:
             raise BenchmarkError("evaluate.mlgym_root is required when evaluate.benchmark is 'mlgym'")
-        tasks = mlgym_tasks(evaluate_cfg.mlgym_root)
+        return mlgym_tasks(evaluate_cfg.mlgym_root, evaluate_cfg.tasks)
+    tasks = builtin_tasks()
     if evaluate_cfg.tasks is None:
         return tasks
     by_id = {t.id: t for t in tasks}
-    available = ", ".join(by_id)
-    if not evaluate_cfg.tasks:
-        raise BenchmarkError(f"evaluate.tasks is empty; list task ids or set it to null for all of: {available}")
-    unknown = [t for t in evaluate_cfg.tasks if t not in by_id]
-    if unknown:
-        missing = ""
-        if evaluate_cfg.benchmark == "mlgym":
-            absent = [t for t in unknown if t in BENCHMARK_TASKS]
-            if absent:
-                missing = f" ({', '.join(absent)} has no config in {evaluate_cfg.mlgym_root}/configs/tasks)"
+    if unknown := [t for t in evaluate_cfg.tasks if t not in by_id]:
         raise BenchmarkError(
-            f"evaluate.tasks: unknown task id(s) {', '.join(unknown)} for the {evaluate_cfg.benchmark} benchmark"
-            f"{missing}; available: {available}"
+            f"evaluate.tasks: unknown task id(s) {', '.join(unknown)} for the builtin benchmark; "
+            f"available: {', '.join(by_id)}"
         )
     return [by_id[t] for t in dict.fromkeys(evaluate_cfg.tasks)]
 
