@@ -237,11 +237,15 @@ def _cmd_run_task(args) -> None:
     cfg = _config(args) if args.policy == "teacher" else None
     # Hub datasets come from the config's dataset cache; without a config file, from the default one.
     cache = cache_root(cfg or (_config(args) if Path(args.config).is_file() else GymforgeConfig()))
+    if args.replay and args.policy != "submit-baseline":
+        raise SystemExit("gymforge run-task: --replay replaces --policy; give one of them")
     traj = run_task(Path(args.task_yaml), Path(args.root) if args.root else None, args.policy, Path(args.out),
                     sandbox=args.sandbox, cfg=cfg, seed=args.seed, max_steps=args.max_steps, gpus=args.gpus,
-                    dataset_cache=cache)
+                    dataset_cache=cache, replay=Path(args.replay) if args.replay else None)
     info = read_trajectory(traj).info
     print(f"{traj}: {info.exit_status}; scores {info.score}")
+    for flag in info.flags:
+        print(f"  flagged at step {flag.step}: {flag.code}: {flag.detail}")
 
 
 def _cmd_teacher_server(args) -> None:
@@ -419,6 +423,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("task_yaml")
     p.add_argument("--root", default=None, help="MLGym-layout root (default: two levels above configs/tasks/)")
     p.add_argument("--policy", choices=["submit-baseline", "teacher"], default="submit-baseline")
+    p.add_argument("--replay", metavar="FILE", default=None,
+                   help="replay the replies in FILE (a JSON list of reply strings, or a gymforge/MLGym .traj) "
+                   "instead of asking a model; when they run out the episode auto-submits")
     p.add_argument("--out", default="run-task")
     p.add_argument("--sandbox", choices=["local", "docker"], default="local")
     p.add_argument("--seed", type=int, default=0)

@@ -132,6 +132,8 @@ class FilterConfig(_Strict):
                                      "(the first in rollout order); null: no cap.")
     exclude_flagged: bool = Field(True, description="Drop trajectories with a suspicious-action flag "
                                   "(gymforge.agent.audit); false keeps them (they are still counted).")
+    exclude_flagged: bool = Field(True, description="Drop trajectories with a suspicious-action flag "
+                                  "(gymforge.agent.audit); false keeps them (they are still counted).")
 
 
 class LoraConfig(_Strict):

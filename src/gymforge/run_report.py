@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import html
 import io
+import json
 from pathlib import Path
 
 import matplotlib
@@ -51,7 +52,20 @@ def _table(head: list[str], rows: list[list[object]]) -> str:
     return f"<table><tr>{cells}</tr>{body}</table>"
 
 
-def summary_html(report: dict, out: Path) -> Path:
+def audit_html(stats: dict | None) -> str:
+    """The suspicious-action audit of the rollouts (from `sft/stats.json`), or nothing before the SFT data exist."""
+    if not stats or "audit" not in stats:
+        return ""
+    audit = stats["audit"]
+    verdict = "excluded from the SFT data" if audit["excluded"] else "kept (filter.exclude_flagged: false)"
+    rows = [[code, count] for code, count in audit["by_code"].items()]
+    listed = ", ".join(audit["rollouts"][:20]) + (" ..." if len(audit["rollouts"]) > 20 else "")
+    return (f"<h2>Suspicious actions (audit)</h2><p>{audit['flagged_rollouts']} of {stats['rollouts']} rollouts "
+            f"flagged, {verdict}{': ' + html.escape(listed) if listed else ''}</p>"
+            f"{_table(['flag', 'rollouts'], rows) if rows else ''}")
+
+
+def summary_html(report: dict, out: Path, sft_stats: dict | None = None) -> Path:
     stages = report["stages"]
     funnel = [[n, s["planned"], s["done"], s["ok"], sum(s["discarded"].values()), s["skipped"]] for n, s in stages.items()]
     reasons = [[n, code, count] for n, s in stages.items() for code, count in s["discarded"].items()]
@@ -62,6 +76,7 @@ def summary_html(report: dict, out: Path) -> Path:
         f"<style>{_STYLE}</style></head><body>"
         f"<h2>Funnel</h2>{_table(['stage', 'planned', 'done', 'kept', 'discarded', 'skipped'], funnel)}"
         f"<h2>Discard and failure reasons</h2>{_table(['stage', 'reason', 'items'], reasons)}"
+        f"{audit_html(sft_stats)}"
         f"<h2>LLM usage per stage</h2>"
         f"{_table(['stage', 'calls', 'cache hits', 'prompt tokens', 'completion tokens', 'cost $'], usage)}"
         f"<p>LLM requests sent (this results directory, all time): {report['llm']['requests_sent']}</p>"
@@ -71,5 +86,6 @@ def summary_html(report: dict, out: Path) -> Path:
 
 def write_summary(results: Path, html_out: Path, png_out: Path) -> None:
     report = collect(Path(results))
-    summary_html(report, html_out)
+    stats = Path(results) / "sft" / "stats.json"
+    summary_html(report, html_out, json.loads(stats.read_text()) if stats.is_file() else None)
     funnel_png(report, png_out)

@@ -5,6 +5,10 @@ Policies:
   real `Agent`, so its trajectory has exactly the format of a model's, and its score must equal the
   baseline's (a check that the task is deterministic and that our runner scores like MLGym).
 - `teacher`: the configured teacher LLM (`llm.teacher`; offline by default) plays the agent.
+- `replay` (`--replay FILE`): the replies come from FILE, in order (`replay_replies`): a JSON list of reply
+  strings, or a gymforge / MLGym `.traj`. When they run out the model stops answering: the loop
+  auto-submits as it does when an endpoint fails (`autosubmission (api)`). Replaying a gymforge trajectory
+  on the same task sends the same replies, rejected ones included, so it runs the same actions.
 
 Output directory: `<id>.traj`, `results.json` ({"agent": scores, "baseline": metrics}), `episode/`
 (the agent's run directory) and, when the task YAML has no `baseline_scores`, `baseline/` plus
@@ -13,9 +17,12 @@ Output directory: `<id>.traj`, `results.json` ({"agent": scores, "baseline": met
 
 from __future__ import annotations
 
+import json
 import os
 from pathlib import Path
 from typing import Any, NamedTuple, cast
+
+import openai
 
 from gymforge import atomic
 from gymforge.agent import Agent, AgentConfig, AgentTask
@@ -25,7 +32,7 @@ from gymforge.llm import ChatResult, LLMClient
 from gymforge.mlgym import load_task_config
 from gymforge.sandbox import Limits, get_sandbox
 
-POLICIES = ("submit-baseline", "teacher")
+POLICIES = ("submit-baseline", "teacher", "replay")
 
 
 class _Endpoint(NamedTuple):
@@ -46,6 +53,64 @@ class ScriptedModel:
         self._turn += 1
         return ChatResult(content=reply, finish_reason="stop", prompt_tokens=0, completion_tokens=0, cost_usd=0.0,
                           model=self.endpoint.model)
+
+
+class RepliesExhausted(openai.OpenAIError):
+    """A replayed model has no replies left: to the agent loop, an endpoint that stopped answering."""
+
+
+class ReplayFileError(ValueError):
+    """A `--replay` file that holds no replies in a known format."""
+
+
+class ReplayModel:
+    """Stands in for an `LLMClient`: answers with `replies` in order, then stops answering (RepliesExhausted)."""
+
+    def __init__(self, replies: list[str], model: str) -> None:
+        self.endpoint = _Endpoint(provider="replay", model=model)
+        self._replies = list(replies)
+        self.turn = 0
+
+    async def achat(self, messages: list[dict[str, Any]], **_: Any) -> ChatResult:
+        if self.turn >= len(self._replies):
+            raise RepliesExhausted(f"the replay has no replies left ({len(self._replies)} replayed)")
+        reply = self._replies[self.turn]
+        self.turn += 1
+        return ChatResult(content=reply, finish_reason="stop", prompt_tokens=0, completion_tokens=0, cost_usd=0.0,
+                          model=self.endpoint.model)
+
+
+def _is_exit(step: dict[str, Any]) -> bool:
+    """An auto-submission or a forced exit (ours: `exit_<reason>`; MLGym: `exit_cost`, `exit_format`...)."""
+    return str(step.get("action", "")).strip().startswith("exit_")
+
+
+def replay_replies(path: Path) -> list[str]:
+    """The model replies recorded in `path`, in the order the model gave them.
+
+    - a JSON list of strings: as they are;
+    - a gymforge `.traj` (steps carry `format_errors`): per step its rejected replies, then its reply, except for
+      auto-submission steps (their reply, if any, is the last rejected one);
+    - an MLGym `.traj`: `trajectory[*].response` without the forced exits (`exit_*`: the action never ran),
+      or, when the steps carry no responses, the assistant turns of `history` (what MLGym's own replay uses).
+    """
+    data = json.loads(Path(path).read_text())
+    if isinstance(data, list) and all(isinstance(r, str) for r in data):
+        return data
+    steps = data.get("trajectory") if isinstance(data, dict) else None
+    if not isinstance(steps, list):
+        raise ReplayFileError(f"{path}: neither a JSON list of reply strings nor a .traj (with a `trajectory` list)")
+    if steps and all(isinstance(s, dict) and "format_errors" in s for s in steps):  # gymforge
+        replies = []
+        for step in steps:
+            replies += [r["response"] for r in step["format_errors"]]
+            if not (_is_exit(step) and str(step.get("thought", "")).startswith("Exit due to")):
+                replies.append(step["response"])
+        return replies
+    responses = [s.get("response") for s in steps if isinstance(s, dict) and not _is_exit(s)]
+    if responses and all(isinstance(r, str) and r for r in responses):
+        return responses
+    return [m["content"] for m in data.get("history", []) if isinstance(m, dict) and m.get("role") == "assistant"]
 
 
 def submit_baseline_model(env: TaskEnvironment) -> ScriptedModel:
@@ -84,14 +149,21 @@ def run_task(
     limits: Limits | None = None,
     hidden_columns: dict[str, list[str]] | None = None,
     dataset_cache: Path | None = None,
+    replay: Path | None = None,
 ) -> Path:
     """Run one episode of the task at `task_yaml` (root: the tree holding it) and return the `.traj` path.
 
     `llm` overrides the teacher built from `cfg` (default config when None); `gpus` None detects them.
     `dataset_cache`: the fetched hub datasets (`gymforge.hub.prefetch`) the task's non-local datasets load from.
+    `replay`: the file whose replies the `replay` policy sends (a replay file alone implies that policy).
     """
+    if replay is not None:
+        policy = "replay"
     if policy not in POLICIES:
         raise ValueError(f"unknown policy {policy!r} (expected one of {', '.join(POLICIES)})")
+    if policy == "replay" and replay is None:
+        raise ValueError("the replay policy needs a replay file (--replay FILE)")
+    replies = replay_replies(Path(replay)) if replay is not None else None  # a bad file fails before any install
     out = Path(out)
     gpus = detect_gpus() if gpus is None else gpus
     backend = get_sandbox(sandbox, gpus=gpus > 0) if sandbox == "local" else get_sandbox(sandbox, gpus=gpus or None)
@@ -118,6 +190,8 @@ def run_task(
     owned = None
     if policy == "submit-baseline":
         model = cast(LLMClient, submit_baseline_model(env))  # the agent only calls achat and reads endpoint
+    elif replies is not None:
+        model = cast(LLMClient, ReplayModel(replies, model=f"replay:{Path(str(replay)).name}"))
     elif llm is not None:
         model = llm
     else:
@@ -127,6 +201,8 @@ def run_task(
     task = AgentTask(id=env.task.id, description=env.description, baseline=baseline, training_timeout=env.timeout)
     meta = {"policy": policy, "sandbox": backend.name, "task_yaml": str(Path(task_yaml).resolve()),
             "root": str(env.root)}
+    if replay is not None:
+        meta["replay"] = {"file": str(Path(replay).resolve()), "replies": len(replies or [])}
     try:
         with env.open_session() as session:
             Agent(model, session, env, task, AgentConfig(max_steps=max_steps), seed=seed, mounts=env.mounts,

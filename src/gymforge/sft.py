@@ -13,6 +13,9 @@ turn would be exact for every turn but costs O(turns^2) tokens; the paper trains
 `requests_of` rebuilds every request a trajectory sent, which the tests compare with the endpoint's log.
 
 Filters, in order; a rejected trajectory is counted under the first it fails:
+0. `flagged`: a suspicious-action flag (gymforge.agent.audit: answers or evaluation paths touched, a
+   symlink out of the workspace, /proc of another process, a stdlib-named module written), when
+   `filter.exclude_flagged` (the default); every flag is counted in `stats["audit"]` either way;
 1. `no_successful_submission`: no score entry with a valid (finite, numeric) metric, from `validate`,
    `submit` or an auto-submission alike (SPEC 3.6);
 2. `no_assistant_turn`: nothing to learn from (every reply was malformed);
@@ -43,7 +46,7 @@ from gymforge.config import GymforgeConfig
 from gymforge.prompts import render
 
 KEEP_OBSERVATIONS = AgentConfig().keep_observations
-REASONS = ("no_successful_submission", "no_assistant_turn", "too_long", "duplicate", "over_task_cap")
+REASONS = ("flagged", "no_successful_submission", "no_assistant_turn", "too_long", "duplicate", "over_task_cap")
 SUCCESS_RULE = "at least one score entry (validate, submit or auto-submission) with a finite numeric metric"
 
 
@@ -136,6 +139,7 @@ class RolloutSummary(BaseModel):
     kept: bool
     reason: str | None = None
     score: float | None = None
+    flags: list[str] = Field(default_factory=list, description="Codes of the audit's flags, sorted, once each.")
 
 
 def _features() -> Any:
@@ -203,6 +207,8 @@ def build_sft(cfg: GymforgeConfig, shard_files: Iterable[Path], tokenizer_dir: P
     turns_all: list[int] = []
     turns_kept: list[int] = []
     cap = cfg.filter.max_per_task
+    flag_codes: Counter[str] = Counter()  # rollouts per flag code
+    flagged: list[str] = []  # ids of flagged rollouts
 
     Path(jsonl_out).parent.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(dir=Path(jsonl_out).parent, prefix=".sft-") as tmp:
@@ -219,7 +225,13 @@ def build_sft(cfg: GymforgeConfig, shard_files: Iterable[Path], tokenizer_dir: P
                 status = traj.info.exit_status or "unknown"
                 teachers[rec.teacher.model] += 1
                 reason = None
-                if not is_successful(traj):
+                codes = sorted({f.code for f in traj.info.flags})
+                flag_codes.update(codes)
+                if codes:
+                    flagged.append(f"{rec.slot}-r{rec.rollout:05d}")
+                if codes and cfg.filter.exclude_flagged:
+                    reason = "flagged"
+                elif not is_successful(traj):
                     reason = "no_successful_submission"
                 elif messages is None:
                     reason = "no_assistant_turn"
@@ -258,7 +270,7 @@ def build_sft(cfg: GymforgeConfig, shard_files: Iterable[Path], tokenizer_dir: P
                 summaries.write(RolloutSummary(
                     id=ident, slot=rec.slot, task=rec.task_id, rollout=rec.rollout, seed=rec.seed, exit_status=status,
                     steps=len(traj.trajectory), turns=turns, tokens=tokens, successful=is_successful(traj),
-                    kept=reason is None, reason=reason, score=score).model_dump_json() + "\n")
+                    kept=reason is None, reason=reason, score=score, flags=codes).model_dump_json() + "\n")
         planned = sum(t["rollouts"] for t in tasks.values())
         _write_dataset(examples_tmp, dataset_out)
         atomic.write_bytes(jsonl_out, examples_tmp.read_bytes())
@@ -272,6 +284,7 @@ def build_sft(cfg: GymforgeConfig, shard_files: Iterable[Path], tokenizer_dir: P
         "tokenizer": str(tokenizer_dir),
         "filters": {"success": SUCCESS_RULE, "max_tokens": cfg.filter.max_tokens,
                     "max_per_task": cfg.filter.max_per_task, "dedup": "exact match of the example messages",
+                    "exclude_flagged": cfg.filter.exclude_flagged,
                     "order": list(REASONS)},
         "example": "one per kept trajectory: the final request as sent (build_messages, keep="
                    f"{KEEP_OBSERVATIONS} observations) plus the final reply",
@@ -284,6 +297,8 @@ def build_sft(cfg: GymforgeConfig, shard_files: Iterable[Path], tokenizer_dir: P
         "exit_status": {k: dict(v) for k, v in sorted(exits.items())},
         "per_task": {slot: {"task_id": t["task_id"], "rollouts": t["rollouts"], "kept": t["kept"],
                             "discarded": dict(sorted(t["discarded"].items()))} for slot, t in sorted(tasks.items())},
+        "audit": {"flagged_rollouts": len(flagged), "excluded": cfg.filter.exclude_flagged,
+                  "by_code": dict(sorted(flag_codes.items())), "rollouts": flagged},
         "tokens": {"all": _summary(tokens_all), "kept": _summary(tokens_kept)},
         "turns": {"all": _summary(turns_all), "kept": _summary(turns_kept)},
     }
@@ -352,6 +367,13 @@ def _datasets_of(results: Path, stats: dict[str, Any]) -> dict[str, str | None]:
     return found
 
 
+def _audit_line(stats: dict[str, Any]) -> str:
+    audit = stats.get("audit") or {}
+    n = audit.get("flagged_rollouts", 0)
+    codes = ", ".join(f"{c} {k}" for c, k in audit.get("by_code", {}).items()) or "no flags"
+    return f"{n} rollouts flagged ({codes}), {'excluded' if audit.get('excluded', True) else 'kept'}"
+
+
 def dataset_card(stats: dict[str, Any], sources: dict[str, str | None], rows: int) -> str:
     teachers = ", ".join(f"`{m}`" for m in stats["teacher"]) or "none"
     filters = stats["filters"]
@@ -399,6 +421,7 @@ supervised fine-tuning of a research agent. Generated by gymforge (config hash `
 
 ## Filters
 
+0. suspicious actions (gymforge's audit): {_audit_line(stats)};
 1. success: {filters['success']};
 2. at least one assistant turn;
 3. length: at most {filters['max_tokens']} tokens in the student's tokenizer (`{stats['student']}`), chat template applied;
