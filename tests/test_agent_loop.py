@@ -19,7 +19,7 @@ from gymforge.agent import (
 )
 from gymforge.config import EndpointConfig, Price
 from gymforge.llm import LLMClient
-from gymforge.sandbox import Limits, Session, get_sandbox
+from gymforge.sandbox import ExecResult, Limits, Session, get_sandbox
 
 TASK = AgentTask(
     id="toy", description="Write a number into submission.csv.", baseline={"score": 0.25}, training_timeout=10
@@ -297,3 +297,79 @@ def test_episodes_run_concurrently(tmp_path: Path) -> None:
             a.session.close()
     assert [t.info.score for t in trajs] == [[{"score": 0.0}], [{"score": 1.0}]]
     assert elapsed < 1.9  # the two one-second commands overlapped
+
+
+# ---- limits, confinement, tool errors -------------------------------------------------------------------
+
+
+class LimitedSession:
+    """A session whose every command was stopped by an episode limit."""
+
+    confinement = "bwrap"
+
+    def __init__(self, workspace: Path, limit: str | None) -> None:
+        self.workspace, self.workdir, self.cwd, self.limit = workspace, "/workspace", "/workspace", limit
+
+    def run(self, command: str, timeout: float) -> ExecResult:
+        return ExecResult(output="x" * 200 + "\nKilled\n", exit_code=137, timed_out=False, duration_s=0.1,
+                          limit=self.limit)
+
+
+def replayed(tmp_path: Path, session: Any, commands: list[str], **config: Any) -> Any:
+    from gymforge.run_task import ReplayModel
+
+    model = ReplayModel([cmd(c) for c in commands], model="replay")
+    return Agent(model, session, FileEvaluator(session.workspace), TASK, AgentConfig(**config),  # type: ignore[arg-type]
+                 meta={"sandbox": "local"}).run()
+
+
+def test_the_limit_that_stopped_a_command_ends_the_observation_and_is_recorded(tmp_path: Path) -> None:
+    limit = "memory limit, 2048 MiB for the episode"
+    traj = replayed(tmp_path, LimitedSession(tmp_path, limit), ["python train.py"], max_observation_chars=100)
+    step = traj.trajectory[0]
+    assert step.limit == limit and step.exit_code == 137
+    # Truncation keeps the head and tail of the output; the limit line comes after it, never cut.
+    assert "characters omitted" in step.observation
+    assert step.observation.endswith(f"Killed\n[the command was stopped: {limit}]")
+    assert f"[the command was stopped: {limit}]" in traj.history[3]["content"]  # what the agent saw next
+    assert traj.info.confinement == "bwrap" and traj.info.sandbox == "local"
+    raw = json.loads(traj.model_dump_json())
+    assert raw["trajectory"][0]["limit"] == limit and raw["info"]["confinement"] == "bwrap"
+
+    unlimited = replayed(tmp_path, LimitedSession(tmp_path, None), ["python train.py"])
+    assert unlimited.trajectory[0].limit is None and "stopped" not in unlimited.trajectory[0].observation
+
+
+def test_a_session_without_confinement_attribute_records_none(tmp_path: Path, session: Session) -> None:
+    traj = replayed(tmp_path, session, ["echo 0.5 > submission.csv", "submit"])
+    assert traj.info.confinement == getattr(session, "confinement", None)
+    assert traj.info.exit_status == "submitted"
+
+
+@pytest.mark.parametrize(("error", "shown"), [
+    (lambda ws: OSError(40, "Too many levels of symbolic links", f"{ws}/loop"), "Error: Too many levels of symbolic links"),
+    (lambda ws: RecursionError("maximum recursion depth exceeded"), "Error: maximum recursion depth exceeded"),
+    (lambda ws: RuntimeError(f"Symlink loop from '{ws}/loop'"), "Error: Symlink loop from '{workdir}/loop'"),
+    (lambda ws: UnicodeDecodeError("utf-8", b"\xff", 0, 1, "invalid start byte"), "Error: 'utf-8' codec can't decode"),
+])
+def test_a_file_tool_error_becomes_an_observation(tmp_path: Path, session: Session, error: Any, shown: str,
+                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    from gymforge.agent.tools import FileTools
+
+    def boom(self: Any, action: str, cwd: str) -> str:
+        raise error(session.workspace)
+
+    monkeypatch.setattr(FileTools, "run", boom)
+    traj = replayed(tmp_path, session, ["open loop", "echo 0.5 > submission.csv", "submit"])
+    observation = traj.trajectory[0].observation
+    assert observation.startswith(shown.format(workdir=session.workdir))
+    if session.workdir != str(session.workspace):  # no host path reaches the agent
+        assert str(session.workspace) not in observation
+    assert traj.info.exit_status == "submitted" and traj.info.score == [{"score": 0.5}]
+
+
+def test_a_symlink_loop_is_an_observation_not_a_crash(tmp_path: Path, session: Session) -> None:
+    traj = replayed(tmp_path, session, ["ln -s loop loop", "open loop", "create loop", "echo 1 > submission.csv",
+                                        "submit"])
+    assert [s.observation.startswith("Error") for s in traj.trajectory[1:3]] == [True, True]
+    assert traj.info.exit_status == "submitted"
