@@ -1,5 +1,6 @@
 # gymforge: topics -> validated tasks -> ... (see README). Rules are thin; logic lives in src/gymforge.
 from gymforge.config import validate_config
+from gymforge.locks import clear_stale_locks
 
 
 configfile: "config.yaml"
@@ -10,6 +11,8 @@ report: "report/workflow.rst"
 
 # Fails here, before any job is scheduled, with the offending key path.
 CFG = validate_config(config)
+# A run killed with kill -9 leaves its lock behind: removed here when no other snakemake runs in this directory.
+clear_stale_locks()
 
 
 include: "rules/common.smk"

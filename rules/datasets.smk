@@ -16,8 +16,7 @@ rule fetch_dataset:
         mem_mb=4096,
         runtime=120,
     shell:
-        "{GYMFORGE} prefetch-dataset --config {CONFIG_JSON} --dataset-id {params.dataset_id} --out {output} "
-        "> {log} 2>&1"
+        "{GYMFORGE} --log {log} prefetch-dataset --config {CONFIG_JSON} --dataset-id {params.dataset_id} --out {output} "
 
 
 rule datasets:

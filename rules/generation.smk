@@ -11,8 +11,8 @@ rule task_configs:
     params:
         digest=CFG.digest("seed", "teacher", "generation"),
     shell:
-        "{GYMFORGE} write-configs --config {CONFIG_JSON} --slot {wildcards.slot} "
-        "--proposal {input.proposal} --out {output} > {log} 2>&1"
+        "{GYMFORGE} --log {log} write-configs --config {CONFIG_JSON} --slot {wildcards.slot} "
+        "--proposal {input.proposal} --out {output}"
 
 
 rule starter_code:
@@ -32,8 +32,8 @@ rule starter_code:
         mem_mb=2048,
         runtime=10,
     shell:
-        "{GYMFORGE} write-code --config {CONFIG_JSON} --slot {wildcards.slot} --proposal {input.proposal} "
-        "--configs {input.configs} --status-out {output.status} --tree-out {output.tree} > {log} 2>&1"
+        "{GYMFORGE} --log {log} write-code --config {CONFIG_JSON} --slot {wildcards.slot} --proposal {input.proposal} "
+        "--configs {input.configs} --status-out {output.status} --tree-out {output.tree}"
 
 
 rule tasks:

@@ -12,5 +12,5 @@ checkpoint proposal:
     params:
         digest=CFG.digest("seed", "teacher", "datasets", "proposals"),
     shell:
-        "{GYMFORGE} propose --config {CONFIG_JSON} --slot {wildcards.slot} "
-        "--batch-file {input.batch} --out {output} > {log} 2>&1"
+        "{GYMFORGE} --log {log} propose --config {CONFIG_JSON} --slot {wildcards.slot} "
+        "--batch-file {input.batch} --out {output}"

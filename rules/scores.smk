@@ -4,7 +4,9 @@
 from gymforge.benchmark.suite import load_benchmark
 from gymforge.stages.evaluation import run_ids
 
-BENCHMARK_TASKS = [t.id for t in load_benchmark(CFG.evaluate)]
+BENCHMARK = load_benchmark(CFG.evaluate)
+BENCHMARK_TASKS = [t.id for t in BENCHMARK]
+TASK_GPUS = {t.id: t.gpus for t in BENCHMARK}  # a GPU task's job declares (and leases) its GPUs
 EVAL_MODELS = [m.name for m in CFG.evaluate.models]
 SCORES = f"{R}/scores"
 EVAL_RECORDS = expand(f"{SCORES}/runs/{{model}}/{{task}}.json", model=EVAL_MODELS, task=BENCHMARK_TASKS)
@@ -25,8 +27,8 @@ rule decontamination:
     params:
         digest=CFG.digest("evaluate"),
     shell:
-        "{GYMFORGE} decontamination --config {CONFIG_JSON} --synthesized {input.envs} --proposals {input.proposals} "
-        "--out {output} > {log} 2>&1"
+        "{GYMFORGE} --log {log} decontamination --config {CONFIG_JSON} --synthesized {input.envs} --proposals {input.proposals} "
+        "--out {output}"
 
 
 rule eval_runs:
@@ -45,12 +47,12 @@ rule eval_runs:
         runs=",".join(map(str, run_ids(CFG))),
         checkpoint=lambda w: f"--checkpoint {shlex.quote(model_checkpoint(w))}" if model_checkpoint(w) else "",
     resources:
-        gpu=lambda w: CFG.evaluate.serving.gpus if served_model(w.model) else 0,
+        gpu=lambda w: (CFG.evaluate.serving.gpus if served_model(w.model) else 0) + TASK_GPUS[w.task],
         mem_mb=CFG.evaluate.mem_mb,
         runtime=CFG.evaluate.runtime_min,
     shell:
-        "{GYMFORGE} with-gpus {resources.gpu} -- {GYMFORGE} eval-runs --config {CONFIG_JSON} --model {wildcards.model} --task {wildcards.task} "
-        "--runs {params.runs} {params.checkpoint} --log {log} --out {output} > {log} 2>&1"
+        "{GYMFORGE} --log {log} with-gpus {resources.gpu} -- {GYMFORGE} eval-runs --config {CONFIG_JSON} --model {wildcards.model} --task {wildcards.task} "
+        "--runs {params.runs} {params.checkpoint} --log {log} --out {output}"
 
 
 rule score_table:
@@ -66,9 +68,9 @@ rule score_table:
     log:
         f"{LOGS}/scores/table.log",
     shell:
-        "{GYMFORGE} score-table --config {CONFIG_JSON} --records {input} --aup-out {output.aup} "
+        "{GYMFORGE} --log {log} score-table --config {CONFIG_JSON} --records {input} --aup-out {output.aup} "
         "--scores-out {output.scores} --replies-out {output.replies} --violins-out {output.violins} "
-        "--bars-out {output.bars} --profiles-out {output.profiles} > {log} 2>&1"
+        "--bars-out {output.bars} --profiles-out {output.profiles}"
 
 
 rule run_summary:
@@ -82,7 +84,7 @@ rule run_summary:
     log:
         f"{LOGS}/report/summary.log",
     shell:
-        "{GYMFORGE} run-summary --results {R} --html-out {output.html} --png-out {output.png} > {log} 2>&1"
+        "{GYMFORGE} --log {log} run-summary --results {R} --html-out {output.html} --png-out {output.png}"
 
 
 rule scores:

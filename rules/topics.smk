@@ -11,8 +11,8 @@ rule topic_batch:
     params:
         digest=CFG.digest("seed", "teacher", "topics"),
     shell:
-        "{GYMFORGE} sample-topics --config {CONFIG_JSON} --batch {wildcards.batch} "
-        "--previous '{input}' --out {output} > {log} 2>&1"
+        "{GYMFORGE} --log {log} sample-topics --config {CONFIG_JSON} --batch {wildcards.batch} "
+        "--previous '{input}' --out {output}"
 
 
 rule topics:

@@ -13,7 +13,7 @@ rule student_base:
         digest=CFG.digest("seed", "student"),
         tiny=CFG.train.tiny.model_dump_json(),
     shell:
-        "{GYMFORGE} student-base --config {CONFIG_JSON} --tokenizer {input.tokenizer} --out {output} > {log} 2>&1"
+        "{GYMFORGE} --log {log} student-base --config {CONFIG_JSON} --tokenizer {input.tokenizer} --out {output}"
 
 
 rule train_student:
@@ -37,8 +37,8 @@ rule train_student:
         mem_mb=CFG.train.mem_mb,
         runtime=CFG.train.runtime_min,
     shell:
-        "{GYMFORGE} with-gpus {resources.gpu} -- {params.launch} --config {CONFIG_JSON} --dataset {input.dataset} --base {params.base} "
-        "--tokenizer {input.tokenizer} --out {output} > {log} 2>&1"
+        "{GYMFORGE} --log {log} with-gpus {resources.gpu} -- {params.launch} --config {CONFIG_JSON} --dataset {input.dataset} --base {params.base} "
+        "--tokenizer {input.tokenizer} --out {output}"
 
 
 rule checkpoints:

@@ -29,8 +29,8 @@ rule rollout_shard:
         mem_mb=CFG.trajectories.mem_mb or CFG.sandbox.memory_mb * CFG.trajectories.concurrency + 1024,
         runtime=CFG.trajectories.runtime_min,
     shell:
-        "{GYMFORGE} with-gpus {resources.gpu} -- {GYMFORGE} rollout-shard --config {CONFIG_JSON} --slot {wildcards.slot} --shard {wildcards.shard} "
-        "--report {input.report} --env {input.env} --out {output} > {log} 2>&1"
+        "{GYMFORGE} --log {log} with-gpus {resources.gpu} -- {GYMFORGE} rollout-shard --config {CONFIG_JSON} --slot {wildcards.slot} --shard {wildcards.shard} "
+        "--report {input.report} --env {input.env} --out {output}"
 
 
 rule student_tokenizer:
@@ -46,8 +46,8 @@ rule student_tokenizer:
         digest=CFG.digest("student"),
         templates=str(templates_dir()),
     shell:
-        "{GYMFORGE} student-tokenizer --config {CONFIG_JSON} --templates {params.templates} "
-        "--envs {input.envs} --out {output} > {log} 2>&1"
+        "{GYMFORGE} --log {log} student-tokenizer --config {CONFIG_JSON} --templates {params.templates} "
+        "--envs {input.envs} --out {output}"
 
 
 rule sft_dataset:
@@ -68,8 +68,8 @@ rule sft_dataset:
     resources:
         mem_mb=4096,
     shell:
-        "{GYMFORGE} sft-dataset --config {CONFIG_JSON} --tokenizer {input.tokenizer} --jsonl-out {output.jsonl} "
-        "--dataset-out {output.dataset} --rollouts-out {output.rollouts} --stats-out {output.stats} > {log} 2>&1"
+        "{GYMFORGE} --log {log} sft-dataset --config {CONFIG_JSON} --tokenizer {input.tokenizer} --jsonl-out {output.jsonl} "
+        "--dataset-out {output.dataset} --rollouts-out {output.rollouts} --stats-out {output.stats}"
 
 
 rule sft_plots:
@@ -83,8 +83,8 @@ rule sft_plots:
     log:
         f"{LOGS}/sft/plots.log",
     shell:
-        "{GYMFORGE} sft-plots --stats {input.stats} --rollouts {input.rollouts} --kept-out {output.kept} "
-        "--stats-out {output.stats} > {log} 2>&1"
+        "{GYMFORGE} --log {log} sft-plots --stats {input.stats} --rollouts {input.rollouts} --kept-out {output.kept} "
+        "--stats-out {output.stats}"
 
 
 rule trajectories:

@@ -21,9 +21,9 @@ rule verify_environment:
         mem_mb=CFG.sandbox.memory_mb + 1024,
         runtime=60,
     shell:
-        "{GYMFORGE} verify --config {CONFIG_JSON} --slot {wildcards.slot} --proposal {input.proposal} "
+        "{GYMFORGE} --log {log} verify --config {CONFIG_JSON} --slot {wildcards.slot} --proposal {input.proposal} "
         "--configs {input.configs} --code {input.code} --tree {input.tree} "
-        "--report-out {output.report} --env-out {output.env} > {log} 2>&1"
+        "--report-out {output.report} --env-out {output.env}"
 
 
 rule environments:

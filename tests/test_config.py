@@ -16,7 +16,8 @@ def test_default_config_file_is_valid_and_offline():
         ({"topics": {"n": 0}}, "topics.n", "greater than or equal to 1"),
         ({"llm": {"teacher": {"temperature": 5}}}, "llm.teacher.temperature", "less than or equal to 2"),
         ({"datasets": {"hub": "kaggle"}}, "datasets.hub", "'offline' or 'huggingface'"),
-        ({"llm": {"budget_usd": -1}}, "llm.budget_usd", "greater than or equal to 0"),
+        ({"llm": {"budget_usd": -1}}, "llm.budget_usd", "greater than 0"),
+        ({"llm": {"budget_usd": 0}}, "llm.budget_usd", "greater than 0"),
         ({"topics": {"batchsize": 4}}, "topics.batchsize", "unknown key"),
     ],
 )
@@ -29,7 +30,7 @@ def test_invalid_value_names_its_key_path(raw, key, words):
 
 def test_openai_provider_needs_an_endpoint(monkeypatch):
     monkeypatch.delenv("OPENAI_BASE_URL", raising=False)
-    with pytest.raises(ConfigError, match="base_url is required"):
+    with pytest.raises(ConfigError, match=r"llm\.teacher\.base_url: Value error, base_url is required"):
         validate_config({"llm": {"teacher": {"provider": "openai"}}})
 
 

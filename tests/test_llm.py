@@ -61,7 +61,8 @@ def test_repeated_request_is_served_from_cache(tmp_path: Path, loopback: Loopbac
         assert llm2.chat(HI, seed=1).cached and other.count == 0
     ledger = Ledger(tmp_path / "ledger")
     assert ledger.request_count() == 2
-    assert ledger.totals()["test"] == (llm.usage + llm2.usage).model_dump()
+    totals = ledger.totals()["test"]
+    assert {k: totals[k] for k in Usage.model_fields} == (llm.usage + llm2.usage).model_dump()
 
 
 def test_429_retry_after_is_honoured(tmp_path: Path, loopback: LoopbackServer, caplog: pytest.LogCaptureFixture) -> None:
@@ -78,8 +79,12 @@ def test_500_is_retried(tmp_path: Path, loopback: LoopbackServer) -> None:
     with client(tmp_path, loopback.url) as llm:
         assert llm.chat(HI).content == "echo: hi"
     assert loopback.count == 3
-    [entry] = Ledger(tmp_path / "ledger").entries()
-    assert entry["ok"] and entry["attempts"] == 3
+    entries = Ledger(tmp_path / "ledger").entries()
+    assert [e["event"] for e in entries] == ["sent", "done"] * 3  # write-ahead: each attempt logged before it leaves
+    done = [e for e in entries if e["event"] == "done"]
+    assert [(e["attempt"], e["ok"], e["http_status"]) for e in done] == [(1, False, 500), (2, False, 503), (3, True, 200)]
+    assert len({e["call"] for e in entries}) == 1
+    assert Ledger(tmp_path / "ledger").totals()["test"]["retries"] == 2
 
 
 def test_connection_refused_is_retried_then_raised(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
@@ -87,29 +92,39 @@ def test_connection_refused_is_retried_then_raised(tmp_path: Path, caplog: pytes
         llm.chat(HI)
     assert retries(caplog) == 2
     ledger = Ledger(tmp_path / "ledger")
-    [entry] = ledger.entries()
-    assert not entry["ok"] and entry["attempts"] == 3 and entry["cost_usd"] == 0
+    done = [e for e in ledger.entries() if e["event"] == "done"]
+    assert [e["attempt"] for e in done] == [1, 2, 3]
+    assert all(not e["ok"] and e["error"] == "APIConnectionError" and e["cost_usd"] == 0 for e in done)  # never reached
     assert json.loads(ledger.spend_path.read_text())["reservations"] == {}  # released on failure
 
 
-def test_bad_request_raises_at_once(tmp_path: Path, loopback: LoopbackServer, caplog: pytest.LogCaptureFixture) -> None:
-    loopback.push(Answer(400, {}, error_body("bad tools", "invalid_request_error")))
-    with client(tmp_path, loopback.url) as llm, pytest.raises(openai.BadRequestError):
+@pytest.mark.parametrize("status", [400, 401, 404])
+def test_client_errors_raise_at_once(tmp_path: Path, loopback: LoopbackServer, caplog: pytest.LogCaptureFixture,
+                                     status: int) -> None:
+    loopback.push(Answer(status, {}, error_body("no", "invalid_request_error")))
+    with client(tmp_path, loopback.url) as llm, pytest.raises(openai.APIStatusError) as info:
         llm.chat(HI)
     assert loopback.count == 1 and retries(caplog) == 0
+    assert f"endpoint {loopback.url} model loopback-model" in info.value.__notes__[0]
     assert not list((tmp_path / "cache").rglob("*.json"))  # failures are not cached
 
 
-def test_budget_refuses_the_call_before_sending(tmp_path: Path, loopback: LoopbackServer) -> None:
+@pytest.mark.parametrize("budget", [1.08, 2.0])
+def test_budget_is_used_up_but_never_exceeded(tmp_path: Path, loopback: LoopbackServer, budget: float) -> None:
     # Worst case per call: 100 completion tokens at $10k/Mtok = $1; each actually costs 5 tokens = $0.05.
     price = Price(output_per_mtok=10_000)
-    with client(tmp_path, loopback.url, budget=1.08, price=price, max_tokens=100) as llm:
-        assert llm.chat(HI).cost_usd == pytest.approx(0.05)
-        llm.chat([{"role": "user", "content": "second"}])  # 0.05 + 1.0 <= 1.08
-        with pytest.raises(BudgetExceeded, match=r"budget \$1\.0800, spent \$0\.1000.*raise llm\.budget_usd"):
-            llm.chat([{"role": "user", "content": "third"}])
-    assert loopback.count == 2
-    assert Ledger(tmp_path / "ledger").spent() == pytest.approx(0.1)
+    with client(tmp_path, loopback.url, budget=budget, price=price, max_tokens=100) as llm:
+        with pytest.raises(BudgetExceeded) as info:
+            for i in range(100):
+                llm.chat([{"role": "user", "content": f"q{i}"}])
+    spent = Ledger(tmp_path / "ledger").spent()
+    assert spent == pytest.approx(0.05 * loopback.count) and budget - 0.05 < spent <= budget
+    assert f"budget ${budget:.4f}, spent ${spent:.4f}, reserved $0.0000" in str(info.value)
+    assert "remaining" in str(info.value) and "Raise llm.budget_usd" in str(info.value)
+    # Each request's worst case fitted in what was left: max_tokens was lowered where the configured one did not.
+    sent = [r["body"]["max_tokens"] for r in loopback.requests]
+    assert all(0.05 * i + n * 0.01 <= budget + 1e-9 for i, n in enumerate(sent))
+    assert min(sent) < 100
 
 
 def test_in_flight_calls_hold_budget(tmp_path: Path) -> None:
@@ -124,6 +139,22 @@ def test_in_flight_calls_hold_budget(tmp_path: Path) -> None:
         outcomes = asyncio.run(both(llm))
     assert sorted(type(o).__name__ for o in outcomes) == ["BudgetExceeded", "ChatResult"]
     assert srv.count == 1
+
+
+def test_in_flight_bound_lowers_max_tokens_or_waits(tmp_path: Path) -> None:
+    # One settled call teaches the ledger that replies are 5 tokens ($0.05); then two run at once. The first holds
+    # its $1 bound; the second fits only with a lowered max_tokens (budget 1.5), or must wait (budget 1.09).
+    async def both(llm: LLMClient) -> list[Any]:
+        return await asyncio.gather(*(llm.achat([{"role": "user", "content": str(i)}]) for i in range(2)))
+
+    for budget, lowered, overlapped in [(1.5, 45, 2), (1.09, 99, 1)]:
+        with LoopbackServer(delay_s=0.3) as srv, client(
+            tmp_path / str(budget), srv.url, budget=budget, price=Price(output_per_mtok=10_000), max_tokens=100
+        ) as llm:
+            llm.chat(HI)
+            assert [r.content for r in asyncio.run(both(llm))] == ["echo: 0", "echo: 1"]
+        assert sorted(r["body"]["max_tokens"] for r in srv.requests[1:]) == [lowered, 100]
+        assert srv.max_in_flight == overlapped
 
 
 def test_achat_is_bounded_by_concurrency(tmp_path: Path) -> None:
@@ -200,9 +231,11 @@ def test_make_client_wires_config(tmp_path: Path, loopback: LoopbackServer, monk
 
 def _book(ledger_dir: Path, n: int) -> None:
     ledger = Ledger(ledger_dir)
-    entry = {"stage": "mp", "cached": False, "cost_usd": 0.01, "prompt_tokens": 1, "completion_tokens": 1}
+    entry = {"stage": "mp", "ok": True, "cost_usd": 0.01, "prompt_tokens": 1, "completion_tokens": 1}
     for _ in range(n):
-        ledger.settle(ledger.reserve("mp", 0.01, budget_usd=100.0), entry)
+        admission = ledger.admit(stage="mp", prompt_chars=4, max_tokens=10, price=Price(output_per_mtok=1000),
+                                 budget_usd=100.0, meta={})
+        ledger.settle(admission.id, entry)
 
 
 def test_ledger_is_shared_safely_by_processes(tmp_path: Path) -> None:
@@ -217,12 +250,19 @@ def test_ledger_is_shared_safely_by_processes(tmp_path: Path) -> None:
     assert ledger.request_count() == 100 and ledger.spent() == pytest.approx(1.0)  # no lost updates
 
 
-def test_reservation_of_a_dead_process_is_dropped(tmp_path: Path) -> None:
+def test_request_of_a_dead_process_is_booked_at_its_bound(tmp_path: Path) -> None:
     dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
     ledger = Ledger(tmp_path)
-    stale = {"usd": 5.0, "stage": "x", "pid": int(dead.stdout), "host": socket.gethostname()}
+    stale = {"usd": 0.5, "bound_usd": 2.0, "stage": "x", "job": "tasks/t0001", "pid": int(dead.stdout),
+             "host": socket.gethostname(), "call": "c1", "attempt": 1}
     ledger.spend_path.write_text(json.dumps({"spent_usd": 0.0, "reservations": {"stale": stale}}))
-    ledger.reserve("y", 1.0, budget_usd=5.5)  # would not fit while the dead call's $5 were still held
+    assert ledger.budget(5.0) == {"budget_usd": 5.0, "spent_usd": 2.0, "reserved_usd": 0.0, "in_flight": 0,
+                                  "remaining_usd": 3.0}
+    [killed] = ledger.entries()
+    assert (killed["id"], killed["error"], killed["cost_usd"], killed["job"]) == ("stale", "killed_in_flight", 2.0,
+                                                                                    "tasks/t0001")
+    assert ledger.totals()["x"]["killed_in_flight"] == 1 and ledger.request_count() == 1
+    assert len(Ledger(tmp_path).entries()) == 1  # booked once
 
 
 def test_loopback_lists_models(loopback: LoopbackServer) -> None:

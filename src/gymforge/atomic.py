@@ -1,4 +1,9 @@
-"""Atomic file output: write to a temporary sibling, then rename, so a kill never leaves half a file."""
+"""Atomic file output: write to a temporary name, then rename, so a kill never leaves half a file.
+
+Inside a job (`gymforge --log ...`, see `gymforge.job`) temporaries live in the job's scratch directory,
+which the job empties when it starts: a `kill -9` leaves them where the rerun removes them. Elsewhere, or
+when the target is on another file system (a rename cannot cross it), they are hidden siblings of the target.
+"""
 
 from __future__ import annotations
 
@@ -6,17 +11,33 @@ import json
 import os
 import shutil
 import tempfile
+from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 import yaml
+
+from gymforge.job import SCRATCH_ENV
+
+
+def _temp_dir(target: Path) -> Path:
+    """Where the temporary for `target` (whose parent exists) is made: the job's scratch dir if it can be renamed
+    from there, else beside the target."""
+    scratch = os.environ.get(SCRATCH_ENV)
+    if scratch:
+        try:
+            if os.stat(scratch).st_dev == os.stat(target.parent).st_dev:
+                return Path(scratch)
+        except FileNotFoundError:
+            pass
+    return target.parent
 
 
 def write_bytes(path: str | Path, data: bytes) -> Path:
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    fd, tmp = tempfile.mkstemp(dir=_temp_dir(path), prefix=f".{path.name}.", suffix=".tmp")
     try:
         with os.fdopen(fd, "wb") as fh:
             fh.write(data)
@@ -46,7 +67,7 @@ def directory(path: str | Path) -> Iterator[Path]:
     """Build a directory under a temporary name and move it into place only when the block succeeds."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp"))
+    tmp = Path(tempfile.mkdtemp(dir=_temp_dir(path), prefix=f".{path.name}.", suffix=".tmp"))
     try:
         yield tmp
         if path.exists():

@@ -453,7 +453,15 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> None:
-    argv = sys.argv[1:] if argv is None else argv
+    from gymforge import job
+
+    # `gymforge --log <file> <command> ...`: a Snakemake job (log attempts, scratch dir, failure record).
+    argv, log = job.split_log_option(sys.argv[1:] if argv is None else argv)
+    with job.running(log):
+        _main(argv)
+
+
+def _main(argv: list[str]) -> None:
     if argv and argv[0] == "with-gpus":  # before argparse: everything after `--` is the command
         from gymforge import gpus
 

@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator, model_validator
 
 
 class _Strict(BaseModel):
@@ -39,7 +39,8 @@ class EndpointConfig(_Strict):
         "`openai`: any OpenAI-compatible endpoint (OpenAI, vLLM, SGLang, Ollama) at `base_url`; "
         "`local`: a checkpoint gymforge serves itself (no API key).",
     )
-    base_url: str | None = Field(None, description="Endpoint URL ending in /v1; required for `openai` unless OPENAI_BASE_URL is set.")
+    base_url: str | None = Field(None, validate_default=True,
+                                 description="Endpoint URL ending in /v1; required for `openai` unless OPENAI_BASE_URL is set.")
     model: str = "gymforge-offline-teacher"
     api_key_env: str = Field("OPENAI_API_KEY", description="Name of the environment variable holding the API key; the key itself is never stored.")
     temperature: float = Field(0.7, ge=0, le=2)
@@ -48,6 +49,13 @@ class EndpointConfig(_Strict):
     timeout_s: float = Field(120.0, gt=0)
     max_retries: int = Field(6, ge=0)
     price: Price = Price()
+
+    @field_validator("base_url")
+    @classmethod
+    def _reachable(cls, value: str | None, info: ValidationInfo) -> str | None:
+        if value is None and info.data.get("provider") == "openai" and not os.environ.get("OPENAI_BASE_URL"):
+            raise ValueError("base_url is required when provider is 'openai' (or set OPENAI_BASE_URL)")
+        return value
 
     def api_key(self) -> str:
         # Read at call time so the key never lands in a config dump, cache key or log.
@@ -60,7 +68,9 @@ class EndpointConfig(_Strict):
 
 
 class LLMConfig(_Strict):
-    budget_usd: float = Field(10.0, ge=0, description="Hard cap on spend across all stages; calls that could exceed it are refused.")
+    budget_usd: float = Field(10.0, gt=0, description="Hard cap on spend across all stages (results dir): requests are "
+                              "admitted while their realistic cost fits, with max_tokens lowered so that the worst "
+                              "case of everything in flight does too; actual spend never exceeds it.")
     teacher: EndpointConfig = EndpointConfig()
 
 
@@ -130,8 +140,6 @@ class FilterConfig(_Strict):
                             "(chat template applied; paper: 48K).")
     max_per_task: int | None = Field(None, ge=1, description="Keep at most this many trajectories per task "
                                      "(the first in rollout order); null: no cap.")
-    exclude_flagged: bool = Field(True, description="Drop trajectories with a suspicious-action flag "
-                                  "(gymforge.agent.audit); false keeps them (they are still counted).")
     exclude_flagged: bool = Field(True, description="Drop trajectories with a suspicious-action flag "
                                   "(gymforge.agent.audit); false keeps them (they are still counted).")
 
@@ -269,13 +277,6 @@ class GymforgeConfig(_Strict):
     filter: FilterConfig = FilterConfig()
     train: TrainConfig = TrainConfig()
     evaluate: EvaluateConfig = EvaluateConfig()
-
-    @model_validator(mode="after")
-    def _endpoint_reachable(self) -> "GymforgeConfig":
-        t = self.llm.teacher
-        if t.provider == "openai" and not (t.base_url or os.environ.get("OPENAI_BASE_URL")):
-            raise ValueError("llm.teacher.base_url is required when provider is 'openai' (or set OPENAI_BASE_URL)")
-        return self
 
     @property
     def results(self) -> Path:

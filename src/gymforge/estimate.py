@@ -160,7 +160,7 @@ def _ledger_per_call(results: Path) -> dict[str, tuple[int, int, int]]:
                 e = json.loads(line)
             except ValueError:
                 continue
-            if e.get("cached"):
+            if e.get("cached") or e.get("event") == "sent":  # a `sent` line is followed by its `done` line
                 continue
             t = out.setdefault(e.get("stage", "?"), [0, 0, 0])
             t[0] += 1

@@ -1,37 +1,59 @@
-"""The one door to chat models: response cache, retries, cost accounting and the run-wide budget.
+"""The one door to chat models: response cache, retries, the write-ahead ledger and the run-wide budget.
 
 Every stage talks to its teacher through an `LLMClient`, so a re-run with the same requests is free
-(content-addressed cache), transient endpoint failures are retried here and only here (the openai
-client's own retries are off), and no call is sent that could push the run past `llm.budget_usd`.
+(content-addressed cache), transient endpoint failures are retried here and only here (tenacity; the
+openai client's own retries are off so that each attempt is admitted against the budget and logged), and
+no attempt is sent whose worst case could push the run past `llm.budget_usd`.
+
+Transient, retried up to `max_retries` times with full-jitter backoff that honours Retry-After: transport
+errors and timeouts, HTTP 408/409/429/5xx, and 200 responses whose body is not a usable completion (not
+JSON, no `choices`). Anything else (400, 401, 404, context length) fails at once; every error carries a
+note naming the endpoint and model.
 """
 
 from __future__ import annotations
 
 import asyncio
 import hashlib
-import itertools
 import json
 import logging
 import math
 import os
-import random
 import threading
-import time
-from dataclasses import dataclass
-from datetime import datetime, timezone
+import uuid
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from email.utils import parsedate_to_datetime
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any, Self
+from urllib.parse import urlsplit, urlunsplit
 
-from openai import APIConnectionError, APIStatusError, AsyncOpenAI, OpenAI, OpenAIError
+from openai import (
+    APIConnectionError,
+    APIResponseValidationError,
+    APIStatusError,
+    AsyncOpenAI,
+    OpenAI,
+    OpenAIError,
+)
 from openai.types.chat import ChatCompletion
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, ValidationError
+from tenacity import (
+    AsyncRetrying,
+    RetryCallState,
+    Retrying,
+    retry_if_exception,
+    wait_random_exponential,
+)
 
 from gymforge import atomic
 from gymforge.config import EndpointConfig, GymforgeConfig
-from gymforge.ledger import BudgetExceeded, Ledger
+from gymforge.job import current_job as _job
+from gymforge.ledger import Admission, BudgetExceeded, Ledger
 
-__all__ = ["BudgetExceeded", "ChatResult", "LLMClient", "ToolCall", "Usage", "make_client"]
+__all__ = ["BudgetExceeded", "ChatResult", "LLMClient", "MalformedResponse", "ToolCall", "Usage", "is_transient",
+           "make_client"]
 
 log = logging.getLogger("gymforge.llm")
 
@@ -63,7 +85,7 @@ class ChatResult(BaseModel):
 
 
 class Usage(BaseModel):
-    calls: int = 0  # requests actually sent (failed ones too); cache hits excluded
+    calls: int = 0  # requests actually sent: every attempt, failed ones too; cache hits excluded
     cache_hits: int = 0
     prompt_tokens: int = 0
     completion_tokens: int = 0
@@ -84,6 +106,18 @@ class Usage(BaseModel):
 
 def _estimate_tokens(text: str) -> int:
     return math.ceil(len(text) / 4)
+
+
+def _brief(err: BaseException) -> str:
+    """The first line of an error's message, short enough for a ledger entry or a log line."""
+    text = str(err).strip().splitlines()
+    return text[0][:300] if text else type(err).__name__
+
+
+def _describe(err: BaseException | None) -> str:
+    if isinstance(err, APIStatusError):
+        return f"HTTP {err.status_code} ({type(err).__name__})"
+    return f"{type(err).__name__}: {_brief(err)}" if err is not None else "?"
 
 
 def _canonical(obj: Any) -> str:
@@ -109,16 +143,57 @@ def retry_after_s(headers: Mapping[str, str]) -> float | None:
     except (TypeError, ValueError):
         return None
     if when.tzinfo is None:
-        when = when.replace(tzinfo=timezone.utc)
-    return max(0.0, (when - datetime.now(timezone.utc)).total_seconds())
+        when = when.replace(tzinfo=UTC)
+    return max(0.0, (when - datetime.now(UTC)).total_seconds())
 
 
-@dataclass(frozen=True)
-class _Request:
+TRANSIENT_STATUS = frozenset({408, 409, 429})
+
+
+class MalformedResponse(APIResponseValidationError):
+    """HTTP 200 whose body is not a usable chat completion (not JSON, no `choices`): retried like a 5xx."""
+
+
+def is_transient(err: BaseException) -> bool:
+    """Worth another attempt: transport errors and timeouts, 408/409/429/5xx, malformed or empty 200 bodies."""
+    if isinstance(err, (MalformedResponse, APIConnectionError)):  # APITimeoutError is an APIConnectionError
+        return True
+    return isinstance(err, APIStatusError) and (err.status_code in TRANSIENT_STATUS or err.status_code >= 500)
+
+
+def _never_reached(err: BaseException) -> bool:
+    """A connection that was never made: nothing was sent, nothing can be billed."""
+    return isinstance(err, APIConnectionError) and type(err.__cause__).__name__ in ("ConnectError", "ConnectTimeout")
+
+
+def _public_url(url: str) -> str:
+    """The endpoint as the ledger records it: without user info (credentials) or query string."""
+    parts = urlsplit(url)
+    return urlunsplit((parts.scheme, parts.hostname + (f":{parts.port}" if parts.port else "") if parts.hostname
+                       else parts.netloc, parts.path, "", ""))
+
+
+class _WaitForBudget(Exception):
+    """Attempts in flight hold the budget this one needs; they settle soon (not counted as an attempt)."""
+
+
+@dataclass
+class _Call:
+    """One logical request: its cache key and parameters, and the attempts made for it."""
+
     key: str
     params: dict[str, Any]
     prompt_text: str
-    worst_case_usd: float
+    id: str = field(default_factory=lambda: uuid.uuid4().hex)
+    attempts: int = 0
+    truncated_by_budget: bool = False
+
+
+@dataclass(frozen=True)
+class _Attempt:
+    admission: Admission
+    number: int
+    params: dict[str, Any]
 
 
 class LLMClient:
@@ -154,7 +229,14 @@ class LLMClient:
         self._asem: asyncio.Semaphore | None = None
         self._acloser: asyncio.Task[None] | None = None
 
+    @property
+    def where(self) -> str:
+        """The endpoint and model, as error messages and the ledger name them (never the key)."""
+        return f"endpoint {_public_url(self.base_url)} model {self.endpoint.model}"
+
     # -- public API ---------------------------------------------------------------------------
+    # chat() and achat() share everything but the await: the retry policy (tenacity), admission against the
+    # budget with the write-ahead `sent` line, and the booking of each attempt's outcome.
 
     def chat(
         self,
@@ -165,29 +247,13 @@ class LLMClient:
         temperature: float | None = None,
         max_tokens: int | None = None,
     ) -> ChatResult:
-        req = self._request(messages, tools, seed, temperature, max_tokens)
-        if (hit := self._cache_get(req)) is not None:
+        call = self._request(messages, tools, seed, temperature, max_tokens)
+        if (hit := self._cache_get(call)) is not None:
             return hit
-        client = self._sync_client()
+        create = self._sync_client().chat.completions.with_raw_response.create
         with self._slots:
-            token = self.ledger.reserve(self.stage, req.worst_case_usd, self.budget_usd)
-            entry: dict[str, Any] = {"ok": False, "attempts": 0}
-            try:
-                for attempt in itertools.count():
-                    entry["attempts"] = attempt + 1
-                    try:
-                        response = client.chat.completions.create(**req.params)
-                        break
-                    except OpenAIError as err:
-                        delay = self._retry_delay(err, attempt)
-                        if delay is None:
-                            raise
-                        time.sleep(delay)
-                result = self._result(req, response, entry)
-            finally:
-                self._settle(token, entry)
-        self._cache_put(req, result)
-        return result
+            result = Retrying(**self._policy(call))(self._attempt, call, create)
+        return self._done(call, result)
 
     async def achat(
         self,
@@ -198,30 +264,15 @@ class LLMClient:
         temperature: float | None = None,
         max_tokens: int | None = None,
     ) -> ChatResult:
-        req = self._request(messages, tools, seed, temperature, max_tokens)
-        if (hit := self._cache_get(req)) is not None:
+        call = self._request(messages, tools, seed, temperature, max_tokens)
+        if (hit := self._cache_get(call)) is not None:
             return hit
         client, slots = self._async_parts()
-        # Reserve only once a slot is free, so queued calls do not hold budget they are not using.
+        create = client.chat.completions.with_raw_response.create
+        # Admission happens only once a slot is free, so queued calls do not hold budget they are not using.
         async with slots:
-            token = self.ledger.reserve(self.stage, req.worst_case_usd, self.budget_usd)
-            entry: dict[str, Any] = {"ok": False, "attempts": 0}
-            try:
-                for attempt in itertools.count():
-                    entry["attempts"] = attempt + 1
-                    try:
-                        response = await client.chat.completions.create(**req.params)
-                        break
-                    except OpenAIError as err:
-                        delay = self._retry_delay(err, attempt)
-                        if delay is None:
-                            raise
-                        await asyncio.sleep(delay)
-                result = self._result(req, response, entry)
-            finally:
-                self._settle(token, entry)
-        self._cache_put(req, result)
-        return result
+            result = await AsyncRetrying(**self._policy(call))(self._aattempt, call, create)
+        return self._done(call, result)
 
     def close(self) -> None:
         if self._client is not None:
@@ -236,17 +287,165 @@ class LLMClient:
             await asyncio.wait([self._acloser])
         self.close()
 
-    def __enter__(self) -> LLMClient:
+    def __enter__(self) -> Self:
         return self
 
     def __exit__(self, *exc: object) -> None:
         self.close()
 
-    async def __aenter__(self) -> LLMClient:
+    async def __aenter__(self) -> Self:
         return self
 
     async def __aexit__(self, *exc: object) -> None:
         await self.aclose()
+
+    # -- one attempt ----------------------------------------------------------------------------
+
+    def _attempt(self, call: _Call, create: Any) -> ChatResult:
+        attempt = self._admit(call)
+        try:
+            raw = create(**attempt.params)
+        except BaseException as err:
+            self._failed(call, attempt, err)
+            raise
+        return self._received(call, attempt, raw)
+
+    async def _aattempt(self, call: _Call, create: Any) -> ChatResult:
+        attempt = self._admit(call)
+        try:
+            raw = await create(**attempt.params)
+        except BaseException as err:
+            self._failed(call, attempt, err)
+            raise
+        return self._received(call, attempt, raw)
+
+    def _policy(self, call: _Call) -> dict[str, Any]:
+        """Tenacity settings for one call: retry what is transient, up to `max_retries` times, with full-jitter
+        exponential backoff that never undercuts the server's Retry-After; budget waits are not attempts."""
+        backoff = wait_random_exponential(multiplier=self.backoff_base_s, max=self.backoff_max_s)
+
+        def wait(state: RetryCallState) -> float:
+            err = state.outcome.exception() if state.outcome else None
+            if isinstance(err, _WaitForBudget):
+                return 0.2
+            asked = retry_after_s(err.response.headers) if isinstance(err, APIStatusError) else None
+            return max(backoff(state), asked or 0.0)
+
+        def stop(state: RetryCallState) -> bool:
+            err = state.outcome.exception() if state.outcome else None
+            return not isinstance(err, _WaitForBudget) and call.attempts > self.endpoint.max_retries
+
+        def before_sleep(state: RetryCallState) -> None:
+            err = state.outcome.exception() if state.outcome else None
+            if not isinstance(err, _WaitForBudget):
+                log.warning("%s: %s from %s; retry %d/%d in %.2fs", self.stage, _describe(err), self.where,
+                            call.attempts, self.endpoint.max_retries, state.upcoming_sleep)
+
+        return {"retry": retry_if_exception(lambda e: isinstance(e, _WaitForBudget) or is_transient(e)),
+                    "wait": wait, "stop": stop, "before_sleep": before_sleep, "reraise": True}
+
+    def _admit(self, call: _Call) -> _Attempt:
+        configured = call.params["max_tokens"]
+        admission = self.ledger.admit(
+            stage=self.stage, prompt_chars=len(call.prompt_text), max_tokens=configured,
+            price=self.endpoint.price, budget_usd=self.budget_usd,
+            meta={"call": call.id, "attempt": call.attempts + 1, "job": _job(), "model": self.endpoint.model,
+                  "endpoint": _public_url(self.base_url)},
+        )
+        if admission is None:
+            raise _WaitForBudget()
+        call.attempts += 1
+        if admission.max_tokens < configured:
+            log.info("%s: max_tokens lowered to %d so that the requests in flight cannot exceed the budget",
+                     self.stage, admission.max_tokens)
+        return _Attempt(admission, call.attempts, {**call.params, "max_tokens": admission.max_tokens})
+
+    def _book(self, call: _Call, attempt: _Attempt, *, ok: bool, prompt_tokens: int = 0, completion_tokens: int = 0,
+              basis: str, err: BaseException | None = None, http_status: int | None = None) -> float:
+        cost = {
+            "usage": lambda: self.endpoint.price.cost(prompt_tokens, completion_tokens),
+            "estimate": lambda: self.endpoint.price.cost(prompt_tokens, completion_tokens),
+            "upper_bound": lambda: attempt.admission.bound_usd,
+            "none": lambda: 0.0,
+        }[basis]()
+        self.ledger.settle(attempt.admission.id, {
+            "call": call.id, "attempt": attempt.number, "stage": self.stage, "job": _job(),
+            "model": self.endpoint.model, "endpoint": _public_url(self.base_url), "ok": ok,
+            "error": None if err is None else type(err).__name__, "detail": None if err is None else _brief(err),
+            "http_status": http_status, "transient": None if err is None else is_transient(err),
+            "prompt_tokens": prompt_tokens, "completion_tokens": completion_tokens, "cost_usd": cost,
+            "cost_basis": basis,
+        }, prompt_chars=len(call.prompt_text))
+        with self._lock:
+            self.usage.calls += 1
+            self.usage.prompt_tokens += prompt_tokens
+            self.usage.completion_tokens += completion_tokens
+            self.usage.cost_usd += cost
+        return cost
+
+    def _failed(self, call: _Call, attempt: _Attempt, err: BaseException) -> None:
+        if isinstance(err, APIStatusError) or _never_reached(err):
+            basis = "none"  # refused, or never reached: nothing was generated
+        else:
+            basis = "upper_bound"  # timeout, cut connection, cancelled: the reply may have been generated and billed
+        self._book(call, attempt, ok=False, basis=basis, err=err,
+                   http_status=err.status_code if isinstance(err, APIStatusError) else None)
+        if isinstance(err, OpenAIError):
+            verdict = "retried" if is_transient(err) else "not retried"
+            err.add_note(f"{self.where}: attempt {attempt.number} of at most {self.endpoint.max_retries + 1} "
+                         f"({verdict})")
+
+    def _received(self, call: _Call, attempt: _Attempt, raw: Any) -> ChatResult:
+        """Parse a 200 response; a body that is not a usable completion is booked and raised as MalformedResponse."""
+        http = raw.http_response
+        usage = None
+        try:
+            completion = ChatCompletion.model_validate(json.loads(http.text))
+            usage = completion.usage
+            if not completion.choices or completion.choices[0].message is None:
+                raise ValueError("the response has no choices")
+        except (ValueError, ValidationError) as exc:
+            err = MalformedResponse(http, http.text[:500], message=f"unusable HTTP {http.status_code} body: {_brief(exc)}")
+            if usage is not None:
+                self._book(call, attempt, ok=False, prompt_tokens=usage.prompt_tokens,
+                           completion_tokens=usage.completion_tokens, basis="usage", err=err,
+                           http_status=http.status_code)
+            else:
+                self._book(call, attempt, ok=False, basis="upper_bound", err=err, http_status=http.status_code)
+            err.add_note(f"{self.where}: attempt {attempt.number} of at most {self.endpoint.max_retries + 1}")
+            raise err from None
+        choice = completion.choices[0]
+        msg = choice.message
+        tool_calls = [
+            ToolCall(id=tc.id, name=tc.function.name, arguments=tc.function.arguments or "")
+            for tc in msg.tool_calls or []
+            if getattr(tc, "function", None) is not None
+        ]
+        if usage is not None:
+            prompt_tokens, completion_tokens, basis = usage.prompt_tokens, usage.completion_tokens, "usage"
+        else:
+            out_text = (msg.content or "") + "".join(t.name + t.arguments for t in tool_calls)
+            prompt_tokens, completion_tokens = _estimate_tokens(call.prompt_text), _estimate_tokens(out_text)
+            basis = "estimate"
+        cost = self._book(call, attempt, ok=True, prompt_tokens=prompt_tokens, completion_tokens=completion_tokens,
+                          basis=basis, http_status=http.status_code)
+        # A reply cut short by a budget-lowered max_tokens is not what the configured request would give.
+        call.truncated_by_budget = (choice.finish_reason == "length"
+                                    and attempt.params["max_tokens"] < call.params["max_tokens"])
+        return ChatResult(
+            content=msg.content,
+            tool_calls=tool_calls,
+            finish_reason=choice.finish_reason,
+            prompt_tokens=prompt_tokens,
+            completion_tokens=completion_tokens,
+            cost_usd=cost,
+            model=completion.model or self.endpoint.model,
+        )
+
+    def _done(self, call: _Call, result: ChatResult) -> ChatResult:
+        if not call.truncated_by_budget:
+            self._cache_put(call, result)
+        return result
 
     # -- internals ----------------------------------------------------------------------------
 
@@ -257,7 +456,7 @@ class LLMClient:
         seed: int | None,
         temperature: float | None,
         max_tokens: int | None,
-    ) -> _Request:
+    ) -> _Call:
         ep = self.endpoint
         temperature = ep.temperature if temperature is None else temperature
         max_tokens = ep.max_tokens if max_tokens is None else max_tokens
@@ -274,94 +473,29 @@ class LLMClient:
             params["tools"] = tools
         if seed is not None:
             params["seed"] = seed
-        prompt_text = _canonical([messages, tools])
-        worst = ep.price.cost(_estimate_tokens(prompt_text), max_tokens)
-        return _Request(key, params, prompt_text, worst)
+        return _Call(key, params, _canonical([messages, tools]))
 
     def _cache_path(self, key: str) -> Path:
         return self.cache_dir / key[:2] / f"{key}.json"
 
-    def _cache_get(self, req: _Request) -> ChatResult | None:
-        path = self._cache_path(req.key)
+    def _cache_get(self, call: _Call) -> ChatResult | None:
+        path = self._cache_path(call.key)
         try:
             stored = json.loads(path.read_text())
         except (FileNotFoundError, json.JSONDecodeError):
             return None
         result = ChatResult(**stored, cost_usd=0.0, cached=True)
         self.ledger.log({
-            "stage": self.stage, "model": result.model, "cached": True, "ok": True, "attempts": 0,
+            "stage": self.stage, "job": _job(), "model": result.model, "cached": True, "ok": True, "attempt": 0,
             "prompt_tokens": 0, "completion_tokens": 0, "cost_usd": 0.0,
         })
         with self._lock:
             self.usage.add(result)
         return result
 
-    def _cache_put(self, req: _Request, result: ChatResult) -> None:
+    def _cache_put(self, call: _Call, result: ChatResult) -> None:
         # Atomic rename: concurrent writers of the same key race harmlessly, readers never see half a file.
-        atomic.write_json(self._cache_path(req.key), result.model_dump(exclude={"cost_usd", "cached"}))
-
-    def _result(self, req: _Request, response: ChatCompletion, entry: dict[str, Any]) -> ChatResult:
-        if not response.choices:
-            raise ValueError(f"{self.endpoint.model}: response has no choices")
-        choice = response.choices[0]
-        msg = choice.message
-        tool_calls = [
-            ToolCall(id=tc.id, name=tc.function.name, arguments=tc.function.arguments or "")
-            for tc in msg.tool_calls or []
-            if getattr(tc, "function", None) is not None
-        ]
-        if response.usage is not None:
-            prompt_tokens, completion_tokens = response.usage.prompt_tokens, response.usage.completion_tokens
-        else:
-            out_text = (msg.content or "") + "".join(t.name + t.arguments for t in tool_calls)
-            prompt_tokens, completion_tokens = _estimate_tokens(req.prompt_text), _estimate_tokens(out_text)
-        result = ChatResult(
-            content=msg.content,
-            tool_calls=tool_calls,
-            finish_reason=choice.finish_reason,
-            prompt_tokens=prompt_tokens,
-            completion_tokens=completion_tokens,
-            cost_usd=self.endpoint.price.cost(prompt_tokens, completion_tokens),
-            model=response.model or self.endpoint.model,
-        )
-        entry.update(
-            ok=True, prompt_tokens=prompt_tokens, completion_tokens=completion_tokens, cost_usd=result.cost_usd
-        )
-        return result
-
-    def _settle(self, token: str, entry: dict[str, Any]) -> None:
-        entry = {
-            "stage": self.stage, "model": self.endpoint.model, "cached": False,
-            "prompt_tokens": 0, "completion_tokens": 0, "cost_usd": 0.0, **entry,
-        }
-        self.ledger.settle(token, entry)
-        with self._lock:
-            self.usage.calls += 1
-            self.usage.prompt_tokens += entry["prompt_tokens"]
-            self.usage.completion_tokens += entry["completion_tokens"]
-            self.usage.cost_usd += entry["cost_usd"]
-
-    def _retry_delay(self, err: OpenAIError, attempt: int) -> float | None:
-        """Seconds to wait before retrying `err`, or None when it must be raised."""
-        if isinstance(err, APIStatusError):
-            if err.status_code != 429 and err.status_code < 500:
-                return None
-            asked = retry_after_s(err.response.headers)
-            what = f"HTTP {err.status_code}"
-        elif isinstance(err, APIConnectionError):  # timeouts included
-            asked, what = None, type(err).__name__
-        else:
-            return None
-        if attempt >= self.endpoint.max_retries:
-            return None
-        # Full jitter spreads the retries of parallel jobs that failed together.
-        delay = random.uniform(0, min(self.backoff_max_s, self.backoff_base_s * 2**attempt))
-        delay = max(delay, asked or 0.0)
-        log.warning(
-            "%s: %s from %s; retry %d/%d in %.2fs",
-            self.stage, what, self.endpoint.model, attempt + 1, self.endpoint.max_retries, delay,
-        )
-        return delay
+        atomic.write_json(self._cache_path(call.key), result.model_dump(exclude={"cost_usd", "cached"}))
 
     def _sync_client(self) -> OpenAI:
         with self._lock:
@@ -400,7 +534,9 @@ def make_client(cfg: GymforgeConfig, stage: str) -> LLMClient:
     endpoint = cfg.llm.teacher
     base_url = None  # openai: LLMClient falls back to endpoint.base_url, then OPENAI_BASE_URL
     if endpoint.provider == "offline":
-        from gymforge.offline_teacher.server import ensure_server  # starts a server; only when needed
+        from gymforge.offline_teacher.server import (
+            ensure_server,  # starts a server; only when needed
+        )
 
         base_url = ensure_server()
     return LLMClient(

@@ -4,12 +4,19 @@ from __future__ import annotations
 
 import json
 from collections import Counter
+from collections.abc import Iterable
 from pathlib import Path
-from typing import Iterable
 
-from pydantic import BaseModel
+from pydantic import BaseModel, Field
 
-from gymforge.specs import GenerationRecord, ItemRecord, ProposalRecord, TopicBatch, UsageRecord, VerificationReport
+from gymforge.specs import (
+    GenerationRecord,
+    ItemRecord,
+    ProposalRecord,
+    TopicBatch,
+    UsageRecord,
+    VerificationReport,
+)
 
 RESOLVED_CONFIG = "config.json"
 # Stages after topics: one record per topic slot, found by glob under the results dir.
@@ -21,13 +28,28 @@ PER_SLOT_STAGES = [
 ]
 
 
+# Client stage -> funnel stage, for ledger entries written outside a Snakemake job (no `job` field).
+CLIENT_STAGES = {"code": "tasks", "verification": "environments", "evaluate": "scores"}
+
+
+class LLMActivity(BaseModel):
+    """What the ledger says about a stage's requests beyond usage: every attempt counts as a call."""
+
+    retries: int = 0
+    killed_in_flight: int = Field(0, description="Requests in flight when their job was killed (booked at their bound).")
+    in_flight: int = 0
+    errors: dict[str, int] = Field({}, description="Failed attempts by error class (retried or not).")
+
+
 class StageStatus(BaseModel):
     planned: int
     done: int = 0
     ok: int = 0
     skipped: int = 0
     discarded: dict[str, int] = {}
+    failed: dict[str, int] = Field({}, description="Jobs whose last run failed, by reason code (`<log>.failed.json`).")
     usage: UsageRecord = UsageRecord()
+    llm: LLMActivity = LLMActivity()
 
 
 def _tally(planned: int, records: Iterable[ItemRecord]) -> StageStatus:
@@ -41,7 +63,6 @@ def _tally(planned: int, records: Iterable[ItemRecord]) -> StageStatus:
             stage.skipped += 1
         else:
             reasons[r.reason_code or "unknown"] += 1
-        stage.usage.add(r.usage)
     stage.discarded = dict(sorted(reasons.items()))
     return stage
 
@@ -57,7 +78,7 @@ def _read(paths: Iterable[Path], model: type[BaseModel]) -> list:
     return [model.model_validate_json(p.read_text()) for p in sorted(paths)]
 
 
-def _trajectories(results: Path, environments: list[VerificationReport], ledger) -> StageStatus:
+def _trajectories(results: Path, environments: list[VerificationReport]) -> StageStatus:
     """Rollouts: planned = verified tasks x per_task; done = rollouts in finished shards plus finished parts of
     running (or interrupted) shards; ok / discarded = the filter's verdict, once the SFT data is built."""
     from gymforge.stages.rollouts import parts_dir, shard_ids, shard_rollouts
@@ -76,9 +97,6 @@ def _trajectories(results: Path, environments: list[VerificationReport], ledger)
     if stats.exists():
         sft = json.loads(stats.read_text())
         stage.ok, stage.discarded = sft["kept"], dict(sorted(sft["discarded"].items()))
-    usage = ledger.totals().get("trajectories")
-    if usage:
-        stage.usage = UsageRecord(**usage)
     return stage
 
 
@@ -97,7 +115,7 @@ def _checkpoints(results: Path) -> StageStatus:
     return StageStatus(planned=1, done=int(done), ok=int(done))
 
 
-def _scores(results: Path, ledger) -> StageStatus:
+def _scores(results: Path) -> StageStatus:
     """Benchmark runs: planned = models x tasks x runs_per_task; ok = runs that ended with a scored
     submission; the others are counted by exit status. Runs of an unfinished job count as they finish."""
     from gymforge.stages.evaluation import RunSummary, run_folder
@@ -127,55 +145,93 @@ def _scores(results: Path, ledger) -> StageStatus:
                 else:
                     reasons[(summary.exit_status or "unknown").split(" ")[0]] += 1
     stage.discarded = dict(sorted(reasons.items()))
-    usage = ledger.totals().get("evaluate")
-    if usage:
-        stage.usage = UsageRecord(**usage)
     return stage
 
 
 def collect(results: Path) -> dict:
     results = Path(results)
     n = _planned_slots(results)
-    in_plan = lambda item: int(item[1:]) < n  # noqa: E731 - slots beyond topics.n are left over from larger runs
+    in_plan = lambda item: int(item[1:]) < n
 
     batches = _read((results / "topics" / "batches").glob("b*.json"), TopicBatch)
     slots = [s for b in batches for s in b.slots if in_plan(s.item)]
-    topics = _tally(n, slots)
-    topics.usage = UsageRecord()
-    for b in batches:
-        topics.usage.add(b.usage)
-
-    stages = {"topics": topics}
+    stages = {"topics": _tally(n, slots)}
     for name, pattern, model in PER_SLOT_STAGES:
         stages[name] = _tally(n, [r for r in _read(results.glob(pattern), model) if in_plan(r.item)])
+    stages["trajectories"] = _trajectories(results, [r for r in _read(results.glob("environments/t*/report.json"),
+                                                                    VerificationReport) if in_plan(r.item)])
+    stages["checkpoints"] = _checkpoints(results)
+    stages["scores"] = _scores(results)
 
     from gymforge.ledger import Ledger
 
+    # LLM usage per stage from the ledger: every request any run of the stage's jobs sent, retries and requests
+    # of killed or failed jobs included (item records hold only the last successful run's usage).
     ledger = Ledger(results / "llm")
-    stages["trajectories"] = _trajectories(results, [r for r in _read(results.glob("environments/t*/report.json"),
-                                                                    VerificationReport) if in_plan(r.item)], ledger)
-    stages["checkpoints"] = _checkpoints(results)
-    stages["scores"] = _scores(results, ledger)
+    for name, t in ledger.totals(by=_funnel_stage).items():
+        if name in stages:
+            stages[name].usage = UsageRecord(**t)
+            stages[name].llm = LLMActivity(**t)
+    for name, failed in _failures(results).items():
+        if name in stages:
+            stages[name].failed = failed
+    cfg = _config(results)
     return {
         "results_dir": str(results),
         "topics_planned": n,
         "stages": {k: v.model_dump() for k, v in stages.items()},
-        "llm": {"requests_sent": ledger.request_count()},
+        "llm": {"requests_sent": ledger.request_count(),
+                **({"budget": ledger.budget(cfg.llm.budget_usd)} if cfg is not None else {})},
+        "lock": _lock_state(),
     }
+
+
+def _funnel_stage(entry: dict) -> str:
+    """The funnel stage of a ledger entry: its job's (`tasks/t0003` -> tasks), else its client's."""
+    if entry.get("job"):
+        return entry["job"].split("/")[0]
+    return CLIENT_STAGES.get(entry.get("stage") or "?", entry.get("stage") or "?")
+
+
+def _failures(results: Path) -> dict[str, dict[str, int]]:
+    """Per stage, the failed jobs (`logs/<stage>/.../<item>.failed.json`) by reason code."""
+    out: dict[str, Counter[str]] = {}
+    for record in failed_jobs(results):
+        out.setdefault(record["job"].split("/")[0], Counter())[record.get("reason_code") or "unknown"] += 1
+    return {k: dict(sorted(v.items())) for k, v in out.items()}
+
+
+def failed_jobs(results: Path) -> list[dict]:
+    """Every failure record (`logs/.../<item>.failed.json`) of a results directory: job, reason code, reason, log."""
+    records = []
+    for path in sorted((Path(results) / "logs").glob("**/*.failed.json")):
+        try:
+            records.append(json.loads(path.read_text()))
+        except (OSError, ValueError):
+            continue
+    return records
+
+
+def _lock_state() -> str:
+    from gymforge.locks import stale_lock_state
+
+    return stale_lock_state(Path("."))[0]
 
 
 def render_table(report: dict, rates: dict[str, tuple[float | None, float | None]] | None = None) -> str:
     """The funnel as a table; with `rates` (stage -> (items per minute, ETA seconds), from `stage_rates`) two more
     columns, `/min` and `ETA`."""
-    head = f"{'stage':<12} {'planned':>7} {'done':>5} {'ok':>4} {'discarded':>9} {'skipped':>7} {'calls':>6} {'cached':>6} {'tokens':>8} {'cost $':>8}"
+    head = (f"{'stage':<12} {'planned':>7} {'done':>5} {'ok':>4} {'discarded':>9} {'skipped':>7} {'failed':>6} "
+            f"{'calls':>6} {'retry':>5} {'killed':>6} {'cached':>6} {'tokens':>8} {'cost $':>8}")
     if rates is not None:
         head += f" {'/min':>7} {'ETA':>8}"
     lines = [f"results: {report['results_dir']}", head, "-" * len(head)]
     for name, s in report["stages"].items():
-        u = s["usage"]
+        u, llm = s["usage"], s["llm"]
         row = (
             f"{name:<12} {s['planned']:>7} {s['done']:>5} {s['ok']:>4} {sum(s['discarded'].values()):>9} "
-            f"{s['skipped']:>7} {u['calls']:>6} {u['cache_hits']:>6} {u['prompt_tokens'] + u['completion_tokens']:>8} "
+            f"{s['skipped']:>7} {sum(s['failed'].values()):>6} {u['calls']:>6} {llm['retries']:>5} "
+            f"{llm['killed_in_flight']:>6} {u['cache_hits']:>6} {u['prompt_tokens'] + u['completion_tokens']:>8} "
             f"{u['cost_usd']:>8.4f}")
         if rates is not None:
             rate, eta = rates.get(name, (None, None))
@@ -183,7 +239,19 @@ def render_table(report: dict, rates: dict[str, tuple[float | None, float | None
         lines.append(row)
         for code, count in s["discarded"].items():
             lines.append(f"{'':<12}{code}: {count}")
-    lines.append(f"LLM requests sent (all time, this results dir): {report['llm']['requests_sent']}")
+        for code, count in s["failed"].items():
+            lines.append(f"{'':<12}failed ({code}): {count}")
+        if llm["errors"]:
+            lines.append(f"{'':<12}failed attempts: " + ", ".join(f"{k} {v}" for k, v in sorted(llm["errors"].items())))
+    lines.append(f"LLM requests sent (all time, this results dir, every attempt): {report['llm']['requests_sent']}")
+    if budget := report["llm"].get("budget"):
+        lines.append(f"LLM budget: ${budget['budget_usd']:.4f}, spent ${budget['spent_usd']:.4f} "
+                     f"({budget['spent_usd'] / budget['budget_usd']:.0%}), reserved ${budget['reserved_usd']:.4f} by "
+                     f"{budget['in_flight']} requests in flight, remaining ${budget['remaining_usd']:.4f}")
+    if report.get("lock") == "stale":
+        lines.append("Snakemake lock: stale (left by a killed run); the next snakemake run removes it")
+    elif report.get("lock") == "unknown":
+        lines.append("Snakemake lock: present; if no Snakemake runs here, clear it with: snakemake --unlock")
     return "\n".join(lines)
 
 
