@@ -29,11 +29,14 @@ from gymforge.benchmark.suite import (
     BUILTIN,
     BenchmarkError,
     BenchmarkTask,
+    TaskUnavailable,
     builtin_root,
     builtin_tasks,
     load_benchmark,
     mlgym_tasks,
+    require_runnable,
     task_meta_file,
+    unmet_needs,
 )
 from gymforge.config import ConfigError, EvaluateConfig, GymforgeConfig, validate_config
 from gymforge.environment import TaskEnvironment
@@ -515,3 +518,48 @@ def test_odd_evaluate_task_ids_fail_at_config_load(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match="'../x' may only use ASCII letters"):
         validate_config({"evaluate": {"tasks": ["../x"]}})
     assert not list(tmp_path.iterdir())
+
+
+def test_unmet_needs_name_what_is_missing_and_how_to_get_it(tmp_path: Path) -> None:
+    root = fake_mlgym(tmp_path / "MLGym")
+    by_id = {t.id: t for t in mlgym_tasks(root)}
+    cache = tmp_path / "datasets"
+    fmnist, lm, house = (by_id[t] for t in ("imageClassificationFMnist", "languageModelingFineWeb",
+                                            "regressionKaggleHousePrice"))
+    assert (fmnist.hub_datasets, fmnist.gpus, lm.gpus, house.local_data) == (
+        ["zalando-datasets/fashion_mnist"], 0, 1, ["data/regressionKaggleHousePrice/data"])
+    assert sum(t.gpus for t in by_id.values()) == 6 and by_id["prisonersDilemma"].gpus == 0
+
+    [problem] = unmet_needs(fmnist, cache, gpus=0)
+    assert "zalando-datasets/fashion_mnist" in problem and "`snakemake datasets`" in problem
+    (cache / "zalando-datasets--fashion_mnist").mkdir(parents=True)
+    (cache / "zalando-datasets--fashion_mnist" / "manifest.json").write_text("{}")
+    assert unmet_needs(fmnist, cache, gpus=0) == []
+
+    with pytest.raises(TaskUnavailable, match=r"languageModelingFineWeb cannot run: .*needs 1 GPU.*torchrun.* "
+                                              r"sees 0: .*`snakemake --resources gpu=N`"):
+        require_runnable(lm, cache, gpus=0)
+    assert not any("GPU" in p for p in unmet_needs(lm, cache, gpus=1))
+
+    [problem] = unmet_needs(house, cache, gpus=0)
+    assert "data/regressionKaggleHousePrice/data is not in" in problem and "does not ship it" in problem
+    helpers = root / "data" / "regressionKaggleHousePrice" / "_helpers"
+    helpers.mkdir(parents=True)
+    (helpers / "_generate_split.py").write_text("")
+    assert "generates it with data/regressionKaggleHousePrice/_helpers/_generate_split.py" in unmet_needs(
+        house, cache, gpus=0)[0]
+    (root / "data" / "regressionKaggleHousePrice" / "data").mkdir()
+    assert unmet_needs(house, cache, gpus=0) == []
+
+
+def test_eval_runs_on_a_task_without_its_data_says_so_without_a_traceback(tmp_path: Path) -> None:
+    root = fake_mlgym(tmp_path / "MLGym")
+    config = tmp_path / "config.json"
+    config.write_text(GymforgeConfig(cache_dir=str(tmp_path / "cache"), evaluate=EvaluateConfig(
+        benchmark="mlgym", mlgym_root=str(root))).model_dump_json())
+    out = tmp_path / "runs" / "teacher" / "imageClassificationFMnist.json"
+    with pytest.raises(SystemExit, match=r"^gymforge: benchmark task imageClassificationFMnist cannot run: .*"
+                                         r"`snakemake datasets`"):
+        cli.main(["eval-runs", "--config", str(config), "--model", "teacher", "--task", "imageClassificationFMnist",
+                  "--runs", "0", "--out", str(out)])
+    assert not out.parent.exists()  # nothing ran

@@ -52,6 +52,9 @@ class BenchmarkTask(BaseModel):
     keywords: list[str]  # phrases that identify the family in another task's id, name or description
     datasets: list[str]  # dataset identities: Hugging Face ids or names of the data source
     benchmark: BenchmarkName = "builtin"
+    hub_datasets: list[str] = []  # ids the task loads from the hub (fetched on the host before it runs)
+    local_data: list[str] = []  # its local datasets' data_path, relative to root
+    gpus: int = 0  # GPUs a run needs (MLGYM_GPUS); its eval job declares them
 
 
 class _Meta(NamedTuple):
@@ -145,6 +148,55 @@ MLGYM: dict[str, tuple[str, tuple[str, ...], tuple[str, ...]]] = {
         ("mountain car", "mountaincar"),
         ("MountainCarContinuous-v0", "MountainCarContinuous")),
 }
+
+
+# MLGym-Bench tasks that need a GPU, and why. The others run on CPU: the games, 3SATTime and
+# regressionKaggleHousePrice; Cifar10 and Fashion-MNIST train their small CNN baselines on CPU too, once their
+# hub data is fetched.
+MLGYM_GPUS: dict[str, tuple[int, str]] = {
+    "languageModelingFineWeb": (1, "an LMSubmissionTasks task: its training and evaluation run under torchrun on CUDA"),
+    "imageCaptioningCOCO": (1, "an image-captioning model trained on COCO within its training timeout"),
+    "naturalLanguageInferenceMNLI": (1, "BERT fine-tuning on MultiNLI within its training timeout"),
+    "rlBreakoutMinAtar": (1, "its requirements install jax[cuda12] (gymnax PPO)"),
+    "rlMetaMazeMisc": (1, "its requirements install jax[cuda12] (gymnax PPO)"),
+    "rlMountainCarContinuous": (1, "its requirements install jax[cuda12] (gymnax PPO)"),
+}
+
+
+class TaskUnavailable(BenchmarkError):
+    """A benchmark task cannot run here as things stand; the message names what is missing and how to get it."""
+
+
+def unmet_needs(task: BenchmarkTask, dataset_cache: Path | str, gpus: int) -> list[str]:
+    """What `task` needs that is not here: local data, unfetched hub datasets, fewer than `task.gpus` GPUs."""
+    from gymforge.hub.prefetch import MANIFEST, entry_dir
+
+    problems = []
+    for path in task.local_data:
+        if not (task.root / path).exists():
+            helpers = sorted((task.root / "data" / task.id / "_helpers").glob("*.py"))
+            how = (f"MLGym generates it with {', '.join(str(h.relative_to(task.root)) for h in helpers)}" if helpers
+                   else "MLGym does not ship it: put the task's data there")
+            problems.append(f"its local data {path} is not in {task.root} ({how})")
+    unfetched = [i for i in task.hub_datasets if not (entry_dir(dataset_cache, i) / MANIFEST).is_file()]
+    if unfetched:
+        problems.append(
+            f"it loads {', '.join(unfetched)} from the Hugging Face hub, not fetched into {dataset_cache}: run "
+            f"`snakemake datasets` (it fetches them from the hub; needs network access) before the benchmark"
+        )
+    if gpus < task.gpus:
+        why = MLGYM_GPUS.get(task.id, (0, "its config says so"))[1]
+        problems.append(
+            f"it needs {task.gpus} GPU(s) ({why}) and this job sees {gpus}: run it on a GPU host with "
+            f"`snakemake --resources gpu=N`, or leave it out with evaluate.tasks"
+        )
+    return problems
+
+
+def require_runnable(task: BenchmarkTask, dataset_cache: Path | str, gpus: int) -> None:
+    """Raise TaskUnavailable naming everything `task` is missing here (see `unmet_needs`)."""
+    if problems := unmet_needs(task, dataset_cache, gpus):
+        raise TaskUnavailable(f"benchmark task {task.id} cannot run: " + "; and ".join(problems))
 
 
 def builtin_root() -> Path:
@@ -244,19 +296,22 @@ def mlgym_tasks(mlgym_root: Path | str, task_ids: Sequence[str] | None = None) -
         metric, higher = BENCHMARK_TASKS[task_id]
         config = load_task_config(path)
         family, keywords, known = MLGYM[task_id]
-        datasets = list(known)
+        datasets, hub, local = list(known), [], []
         for entry in config.dataset_configs:
             dataset_path = root / "configs" / entry
             if not dataset_path.is_file():
                 raise BenchmarkError(f"{path}: dataset config {entry} does not exist (looked for {dataset_path})")
             dataset = load_dataset_config(dataset_path)
             datasets.append(dataset.name)
+            (hub if not dataset.is_local else local).append(dataset.data_path)
             if not dataset.is_local:
                 datasets.append(dataset.data_path)
         tasks.append(BenchmarkTask(
             id=task_id, name=config.name, task_yaml=path, root=root, entrypoint=config.task_entrypoint,
             metric=metric, higher_is_better=higher, family=family, keywords=list(keywords),
-            datasets=list(dict.fromkeys(datasets)), benchmark="mlgym",
+            datasets=list(dict.fromkeys(datasets)), benchmark="mlgym", hub_datasets=list(dict.fromkeys(hub)),
+            local_data=local,
+            gpus=MLGYM_GPUS.get(task_id, (0, ""))[0],
         ))
     return tasks
 

@@ -99,6 +99,14 @@ def fingerprint(cfg: GymforgeConfig, spec: ModelSpec, task_yaml: Path, served: s
                      + text_hash(task_yaml.read_text()))
 
 
+def visible_gpus() -> int:
+    """GPUs this process may use: CUDA_VISIBLE_DEVICES (set by `with-gpus` to the job's lease), else the host's."""
+    from gymforge.gpus import device_total, visible_devices
+
+    ids = visible_devices()
+    return len(ids) if ids is not None else device_total()[0]
+
+
 def summarize(traj: Trajectory, run: int, seed: int, folder: str, wall_s: float) -> RunSummary:
     malformed = sum(len(step.format_errors) for step in traj.trajectory)
     status = traj.info.exit_status or ""
@@ -132,7 +140,7 @@ def _client(cfg: GymforgeConfig, spec: ModelSpec, endpoint: Any) -> Any:
 def evaluate_task(cfg: GymforgeConfig, model: str, task_id: str, runs: list[int], out: Path,
                   *, checkpoint: str | None = None, log_file: Path | None = None) -> EvalRecord:
     """Run (or finish) `runs` of `model` on benchmark task `task_id`; write the record to `out`."""
-    from gymforge.benchmark.suite import load_benchmark
+    from gymforge.benchmark.suite import load_benchmark, require_runnable
     from gymforge.episode import EpisodeRunner, limits_of, sandbox_for
     from gymforge.hub.prefetch import cache_root
     from gymforge.mlgym import load_task_config
@@ -143,6 +151,7 @@ def evaluate_task(cfg: GymforgeConfig, model: str, task_id: str, runs: list[int]
     task = next((t for t in load_benchmark(cfg.evaluate) if t.id == task_id), None)
     if task is None:
         raise ValueError(f"task {task_id!r} is not in the {cfg.evaluate.benchmark} benchmark")
+    require_runnable(task, cache_root(cfg), visible_gpus() if task.gpus else 0)  # hub data, GPUs: say what's missing
     config = load_task_config(task.task_yaml)
     baseline = config.baseline_scores[0] if config.baseline_scores else None
     served = served_name(spec, checkpoint)
