@@ -118,6 +118,22 @@ def test_all_13_benchmark_tasks_load_by_their_id() -> None:
     assert {t for t, task in tasks.items() if not task.gpus and not task.hub_datasets} == CPU_TASKS
 
 
+def test_every_config_mlgym_can_run_loads() -> None:
+    from gymforge.mlgym import MLGymConfigError, load_dataset_config
+
+    for path in Path(MLGYM_ROOT, "configs", "datasets").glob("*.yaml"):
+        load_dataset_config(path)
+    refused = {}
+    for path in Path(MLGYM_ROOT, "configs", "tasks").glob("*.yaml"):
+        try:
+            load_task_config(path)
+        except MLGymConfigError as err:
+            refused[path.name] = str(err)
+    # Its entrypoint BaseMLTask is no class of MLGym's: MLGym cannot run it either.
+    assert list(refused) == ["regressionHousingPrice.yaml"]
+    assert "task_entrypoint" in refused["regressionHousingPrice.yaml"]
+
+
 def test_snakemake_plans_all_13_tasks(tmp_path: Path) -> None:
     from workflow_copy import copy_workflow
 
