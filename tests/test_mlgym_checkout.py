@@ -116,6 +116,11 @@ def test_all_13_benchmark_tasks_load_by_their_id() -> None:
     assert "3 SAT Problem Dataset" in tasks["3SATTime"].datasets  # a free-text dataset name, loaded leniently
     assert "Fashion MNIST" in tasks["imageClassificationFMnist"].datasets
     assert {t for t, task in tasks.items() if not task.gpus and not task.hub_datasets} == CPU_TASKS
+    from gymforge.config import validate_config
+    from gymforge.estimate import _eval_tasks
+
+    cfg = validate_config({"evaluate": {"benchmark": "mlgym", "mlgym_root": MLGYM_ROOT}})
+    assert _eval_tasks(cfg) == (13, f"MLGym tasks found in {MLGYM_ROOT}")  # `gymforge estimate` counts the same
 
 
 def test_every_config_mlgym_can_run_loads() -> None:

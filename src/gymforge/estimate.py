@@ -423,14 +423,13 @@ def _eval_tasks(cfg: GymforgeConfig) -> tuple[int, str]:
         from gymforge.benchmark.suite import BUILTIN
 
         return len(BUILTIN), "the built-in suite"
-    root = Path(ev.mlgym_root or "")
-    found = list((root / "configs" / "tasks").glob("*.yaml")) if ev.mlgym_root else []
-    from gymforge.mlgym import BENCHMARK_TASKS
+    from gymforge.benchmark.suite import BenchmarkError, mlgym_tasks
 
-    present = [p for p in found if p.stem in BENCHMARK_TASKS]
-    if present:
-        return len(present), f"MLGym tasks found in {root}"
-    return MLGYM_TASKS, f"MLGym's {MLGYM_TASKS} tasks (checkout {root} not found)"
+    root = Path(ev.mlgym_root or "")
+    try:
+        return len(mlgym_tasks(root)), f"MLGym tasks found in {root}"  # by their id field, as the plan finds them
+    except BenchmarkError:
+        return MLGYM_TASKS, f"MLGym's {MLGYM_TASKS} tasks (checkout {root} not found or incomplete)"
 
 
 def estimate(cfg: GymforgeConfig, measured: Measured | None = None) -> dict[str, Any]:
