@@ -16,9 +16,12 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import re
 import shutil
+import stat
 import subprocess
+import threading
 import time
 from pathlib import Path, PurePosixPath
 from typing import Any
@@ -36,11 +39,23 @@ from gymforge.mlgym import (
     render_description,
     workspace_layout,
 )
-from gymforge.sandbox import ExecResult, Limits, Mount, SandboxBackend, Session, make_readable
+from gymforge.sandbox import ExecResult, Limits, Mount, SandboxBackend, Session, beneath, make_readable
+from gymforge.sandbox.base import WORKDIR
 
 SECRETS_ENV = "GYMFORGE_SECRETS"
+EVALKIT = Path(__file__).parent / "evalkit"
+"""Files that run inside an evaluation's sandboxes (`gymforge/evalkit/README.md`)."""
 ANSWERS_FILE = "answers.csv"
 _EXCERPT_CHARS = 2000
+
+
+class EvaluationFailed(EvaluationFormatError):
+    """The evaluation did not produce metrics. The message is what the agent may see; `detail` is the
+    scorer's whole output, for the task's author (verification) only."""
+
+    def __init__(self, message: str, detail: str = "") -> None:
+        super().__init__(message)
+        self.detail = detail
 
 
 class InstallError(RuntimeError):
@@ -160,6 +175,27 @@ def _remove(path: Path) -> None:
         path.unlink()
 
 
+def _regular(root: Path, rel: str) -> bool:
+    try:
+        return stat.S_ISREG(beneath.lstat(root, rel).st_mode)
+    except OSError:
+        return False
+
+
+def _read_out(out: Path) -> tuple[str, dict[str, Any] | None]:
+    """The scorer's captured stdout (ranks in order) and how it ended, from its private directory."""
+    texts, status = [], None
+    for name in sorted(os.listdir(out), key=lambda n: (len(n), n)):
+        if name.startswith("stdout"):
+            texts.append(beneath.read_bytes(out, name, 16 << 20).decode(errors="replace"))
+        elif name in ("status.json", "status.0.json"):
+            try:
+                status = json.loads(beneath.read_bytes(out, name, 1 << 16))
+            except (OSError, ValueError):
+                status = None
+    return "".join(texts), status if isinstance(status, dict) else None
+
+
 def _copy(src: Path, dst: Path, withheld: set[Path]) -> None:
     """Copy a file or a directory tree, leaving out the `withheld` (resolved) paths."""
     if src.resolve() in withheld:
@@ -217,6 +253,8 @@ class TaskEnvironment:
         self._hub_mounts: list[Mount] = []
         self.run_env: dict[str, str] = {}  # what every run and session gets on top of the sandbox's own environment
         self.last_evaluation: ExecResult | None = None
+        self._scorer_env: dict[str, str] = {}
+        self._submission_env: dict[str, str] = {}
         self.install_s: float | None = None
         self.workdir = sandbox.workdir(self.workspace)
 
@@ -248,23 +286,29 @@ class TaskEnvironment:
     def mounts(self) -> list[Mount]:
         """What the agent's sessions and the baseline get: data and (maybe) the evaluation script, read-only,
         and the fetched hub datasets the task loads by id."""
-        layout = self._layout()
-        targets = [dest for dest, src in layout.items() if src in self._local_data_paths()]
+        targets = self._data_targets()
         if self.task.evaluation_read_only:
             targets.append(self.task.evaluation_paths[0])
         data = [Mount(host=self.workspace / t, target=t) for t in targets if (self.workspace / t).exists()]
         return data + self._hub_mounts
 
-    def _evaluation_mounts(self) -> list[Mount]:
-        if not self.has_secrets:
-            return self.mounts
-        mounts = [*self.mounts, Mount(host=self.secrets_dir, target=str(self.secrets_dir))]
-        if self.sandbox.name == "local":
-            # The evaluation may run agent code (it imports the submission): a read-only workspace keeps that
-            # code from copying the secrets to where the agent could read them. Docker refuses a second mount
-            # at /workspace, so there the guard is missing.
-            mounts.insert(0, Mount(host=self.workspace, target="."))
-        return mounts
+    def _data_targets(self) -> list[str]:
+        """Where the task's local data lies in the workspace (read-only mounts in every sandbox)."""
+        local = self._local_data_paths()
+        return [dest for dest, src in self._layout().items() if src in local]
+
+    @property
+    def isolated(self) -> bool:
+        """Whether the evaluation follows gymforge's contract: nothing of the agent's code runs where the
+        answers are (CSV tasks, whose artefact is data, and evaluators that reach the submission through
+        `gymforge_eval`). Otherwise it runs as MLGym runs it, agent code in the scorer's process."""
+        if self.task.task_entrypoint == "CSVSubmissionTasks":
+            return True
+        script = self.root / self._layout().get(self.task.evaluation_paths[0], self.task.evaluation_paths[0])
+        try:
+            return "gymforge_eval" in script.read_text(errors="replace")
+        except OSError:
+            return False
 
     def _layout(self) -> dict[str, str]:
         return workspace_layout(self.task, self.datasets)
@@ -401,50 +445,190 @@ class TaskEnvironment:
         return BaselineReport(metrics=metrics, artefact=artefact, baseline=result, evaluation=self.last_evaluation,
                               install_s=self.install_s)
 
-    def _evaluation(self) -> tuple[list[str], str]:
-        """(argv, artefact path in the sandbox's view) per entrypoint (SPEC 4.3)."""
-        script = self._script(self.task.evaluation_paths[0])
+    def _artefact(self) -> str | None:
+        """The artefact's path in the workspace (SPEC 4.3); None for LM tasks, which have none to check."""
         entrypoint = self.task.task_entrypoint
         if entrypoint == "CSVSubmissionTasks":
-            if not (self.workspace / "submission.csv").is_file():
-                raise SubmissionNotFound("no submission.csv in the workspace; write your predictions there")
-            artefact = self._script("submission.csv")
-            return ["python", script, "--submission_file", artefact], artefact
+            if not _regular(self.workspace, "submission.csv"):
+                raise SubmissionNotFound(
+                    "no submission.csv in the workspace (a regular file, not a symlink); write your predictions there"
+                )
+            return "submission.csv"
         if entrypoint == "ModelSubmissionTasks":
+            skip = set(self._data_targets())
             configs = sorted(
-                (p.relative_to(self.workspace) for p in self.workspace.rglob("*.yaml")
-                 if p.is_file() and p.relative_to(self.workspace).parts[0] != "data"),
-                key=lambda p: (len(p.parts), str(p)),
+                (rel for rel, _ in beneath.walk_files(self.workspace)
+                 if rel.endswith(".yaml") and not any(rel == t or rel.startswith(t + "/") for t in skip)),
+                key=lambda p: (p.count("/"), p),
             )
             if not configs:
                 raise SubmissionNotFound("no *.yaml model config in the workspace (outside data/); save one for your model")
-            artefact = self._script(configs[0].as_posix())
-            return ["python", script, "--config_fname", artefact], artefact
+            return configs[0]
         if entrypoint == "LMSubmissionTasks":
-            return [*self._launcher(), script], self.workdir
-        edited = self.task.baseline_paths[0] if self.task.baseline_paths else "target.py"
-        return ["python", script], self._script(edited)
+            return None
+        return self.task.baseline_paths[0] if self.task.baseline_paths else "target.py"
+
+    def _argv(self, workdir: str, artefact: str | None) -> list[str]:
+        """The evaluation's arguments after the script, per entrypoint (SPEC 4.3), in a sandbox's view."""
+        if self.task.task_entrypoint == "CSVSubmissionTasks":
+            return ["--submission_file", f"{workdir}/{artefact}"]
+        if self.task.task_entrypoint == "ModelSubmissionTasks":
+            return ["--config_fname", f"{workdir}/{artefact}"]
+        return []
 
     def evaluate(self) -> tuple[dict[str, float], str]:
-        """(metrics, artefact) of the workspace's current artefact, evaluated with the secrets mounted."""
+        """(metrics, artefact) of the workspace's current artefact.
+
+        The evaluation never runs in the agent's workspace. The host copies what it needs out of it (regular
+        files only, never through a symlink, size-capped) into a private directory that becomes the scorer's
+        /workspace, together with the task's pristine evaluation script and starter files and the read-only
+        data; the answers are mounted at /answers. With gymforge's contract (`isolated`) nothing of the
+        agent's code is importable there (`python -I`, only the artefact copied), and a Python or model
+        submission runs in a second sandbox without the answers, reached through `gymforge_eval`. The metrics
+        leave through a directory only the scorer writes. The agent is shown the metrics, or the error's
+        class and its own code's output, never the output of a process that had the answers.
+        """
         self._require_gpus()
-        argv, artefact = self._evaluation()
-        if self.has_secrets:
-            # Through `env`: the sandbox rightly refuses variables that look like credentials, which this is not.
-            argv = ["env", f"{SECRETS_ENV}={self.secrets_dir}", *argv]
-        result = self.sandbox.run_once(
-            self.workspace, argv, timeout=self.timeout, limits=self.limits, mounts=self._evaluation_mounts(),
-            env=self.run_env,
-        )
+        artefact = self._artefact()
+        isolated = self.isolated
+        entrypoint = self.task.task_entrypoint
+        serve = isolated and entrypoint in ("PythonSubmissionTasks", "ModelSubmissionTasks")
+        ev = self.run_dir / ".eval"
+        _remove(ev)
+        ev.mkdir(mode=0o755)
+        try:
+            scorer_ws = ev / "scorer"
+            whole = not isolated or entrypoint == "LMSubmissionTasks"
+            only = None if whole else ([artefact] if artefact and entrypoint != "PythonSubmissionTasks" else [])
+            self._snapshot(scorer_ws, only, artefact)
+            self._place_pristine(scorer_ws, everything=isolated)
+            if serve:
+                self._snapshot(ev / "submission", None, artefact)
+            result, metrics_text, status, server = self._score(ev, scorer_ws, artefact, isolated, serve)
+        finally:
+            _remove(ev)
         self.last_evaluation = result
+        shown = artefact_view = f"{self.workdir}/{artefact}" if artefact else self.workdir
+        if status is None or status.get("exit") != 0 or result.timed_out or result.limit:
+            raise self._failure(result, status, server, shown)
+        try:
+            return parse_metrics(metrics_text), artefact_view
+        except EvaluationFormatError as err:
+            raise EvaluationFailed(str(err) if not self.has_secrets else
+                                   "the evaluation printed no readable metrics", detail=result.output) from None
+
+    def _snapshot(self, dest: Path, only: list[str] | None, artefact: str | None) -> None:
+        try:
+            left_out = beneath.copy_tree(self.workspace, dest, max_bytes=self.limits.disk_mb << 20,
+                                         skip=frozenset(self._data_targets()), only=only)
+        except beneath.CopyLimitError as err:
+            raise EvaluationFailed(f"the workspace is too large to evaluate ({err.strerror}; cap: "
+                                   f"{self.limits.disk_mb} MiB)") from None
+        if artefact and artefact in left_out:
+            raise SubmissionNotFound(f"{artefact} is a symlink or not a regular file; write the artefact as a regular file")
+        for t in self._data_targets():  # mount points for the read-only data
+            (dest / t).mkdir(parents=True, exist_ok=True)
+
+    def _place_pristine(self, dest: Path, *, everything: bool) -> None:
+        """The task's own files (never the agent's versions): the evaluation script, and with `everything`
+        all starter code (an isolated scorer imports nothing of the agent's, but may import the task's)."""
+        withheld = {(self.root / p).resolve() for p in self.task.secret_files}
+        local = set(self._local_data_paths())
+        layout = self._layout()
+        wanted = [d for d, src in layout.items() if src not in local] if everything else []
+        wanted += [e for e in self.task.evaluation_paths[:1] if e not in wanted]
+        for rel in wanted:
+            src = self.root / layout.get(rel, rel)
+            target = dest / rel
+            if target.exists() or target.is_symlink():
+                _remove(target)
+            if src.exists():
+                _copy(src, target, withheld)
+
+    def _places(self, ws: Path) -> dict[str, str]:
+        """Where the scorer's fixed places show in a sandbox on `ws`: fixed paths where the backend builds the
+        view (bwrap, docker), links inside the workspace under the weak local confinements."""
+        names = ("kit", "out", "channel", "answers")
+        if self.sandbox.workdir(ws) == WORKDIR:
+            return {n: f"/gymforge-{n}" if n != "answers" else "/answers" for n in names}
+        return {n: str(ws.resolve() / f".gymforge-{n}") for n in names}
+
+    def _score(
+        self, ev: Path, scorer_ws: Path, artefact: str | None, isolated: bool, serve: bool
+    ) -> tuple[ExecResult, str, dict[str, Any] | None, ExecResult | None]:
+        out = ev / "out"
+        out.mkdir()
+        at = self._places(scorer_ws)
+        data = [m for m in self.mounts if m.target in self._data_targets()]
+        hub, hub_env = self._private_hub(ev / "hf-scorer")
+        mounts = [*data, *hub, Mount(host=EVALKIT, target=at["kit"]),
+                  Mount(host=out, target=at["out"], read_only=False)]
+        flags = []
+        if self.has_secrets:
+            mounts.append(Mount(host=self.secrets_dir, target=at["answers"]))
+            flags += ["--answers", at["answers"]]
+        server: list[ExecResult] = []
+        thread = None
+        if serve:
+            channel = ev / "channel"
+            channel.mkdir()
+            channel.chmod(0o1777)  # the two sandboxes may run as different users
+            mounts.append(Mount(host=channel, target=at["channel"], read_only=False))
+            flags += ["--channel", at["channel"]]
+            thread = threading.Thread(target=self._serve, args=(ev, channel, data, server), daemon=True)
+            thread.start()
+        workdir = self.sandbox.workdir(scorer_ws)
+        script = f"{workdir}/{self.task.evaluation_paths[0]}"
+        if self.task.task_entrypoint == "LMSubmissionTasks":
+            launcher = ["python", "-m", "torch.distributed.run", f"--nproc_per_node={self.gpus}", "--standalone"]
+        else:
+            launcher = ["python", "-I"] if isolated else ["python"]
+        argv = [*launcher, f"{at['kit']}/score.py", at["out"], *flags, *([] if isolated else ["--mlgym"]), script]
+        argv += self._argv(workdir, artefact)
+        try:
+            result = self.sandbox.run_once(scorer_ws, argv, timeout=self.timeout, limits=self.limits, mounts=mounts,
+                                           env=hub_env, read_only=isolated)
+        finally:
+            if thread is not None:
+                (ev / "channel" / "done").write_text("")
+                thread.join()
+        metrics, status = _read_out(out)
+        return result, metrics, status, (server[0] if server else None)
+
+    def _serve(self, ev: Path, channel: Path, data: list[Mount], sink: list[ExecResult]) -> None:
+        """The submission's sandbox: the agent's files (a read-only snapshot), the data, no answers."""
+        ws = ev / "submission"
+        at = self._places(ws)
+        hub, hub_env = self._private_hub(ev / "hf-submission")
+        mounts = [*data, *hub, Mount(host=EVALKIT, target=at["kit"]),
+                  Mount(host=channel, target=at["channel"], read_only=False)]
+        argv = ["python", "-I", f"{at['kit']}/serve.py", at["channel"]]
+        sink.append(self.sandbox.run_once(ws, argv, timeout=self.timeout, limits=self.limits, mounts=mounts,
+                                          env=hub_env, read_only=True))
+
+    def _private_hub(self, home: Path) -> tuple[list[Mount], dict[str, str]]:
+        """The hub datasets again, with an HF_HOME of this sandbox's own (never the session's writable one)."""
+        hub_ids = [d.data_path for d in self.datasets if not d.is_local]
+        if not hub_ids or self.dataset_cache is None:
+            return [], {}
+        from gymforge.hub.prefetch import sandbox_view
+
+        return sandbox_view(self.dataset_cache, hub_ids, home)
+
+    def _failure(self, result: ExecResult, status: dict[str, Any] | None, server: ExecResult | None, shown: str) -> Exception:
         if result.timed_out:
-            raise EvaluationFormatError(f"the evaluation ran past training_timeout ({self.timeout:g} s)")
-        if result.exit_code != 0:
-            raise EvaluationFormatError(
-                f"the evaluation script exited with status {result.exit_code}; output tail (stdout and stderr):\n"
-                f"{_excerpt(result.output)}"
-            )
-        return parse_metrics(result.output), artefact
+            what = f"the evaluation ran past training_timeout ({self.timeout:g} s)"
+        elif result.limit:
+            what = f"the evaluation was stopped by a sandbox limit ({result.limit})"
+        else:
+            error = (status or {}).get("error") or f"exit status {result.exit_code}"
+            what = f"the evaluation of {shown} failed ({error})"
+        message = what
+        if server is not None and server.output.strip():
+            message += f"; output of your code during the evaluation:\n{_excerpt(server.output)}"
+        elif not self.has_secrets and not self.isolated:
+            message += f"; output tail (stdout and stderr):\n{_excerpt(result.output)}"
+        return EvaluationFailed(message, detail=result.output)
 
     # -- output ---------------------------------------------------------------------------------
 

@@ -118,8 +118,10 @@ class SandboxBackend(Protocol):
         limits: Limits,
         mounts: list[Mount] = [],
         env: dict[str, str] = {},
+        read_only: bool = False,
     ) -> ExecResult:
-        """Run `argv` with the workspace as cwd; everything it started is gone when this returns."""
+        """Run `argv` with the workspace as cwd (writable unless `read_only`); everything it started is gone
+        when this returns."""
         ...
 
 

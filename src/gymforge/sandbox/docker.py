@@ -33,6 +33,7 @@ from .base import (
     PATH,
     WORKDIR,
     ExecResult,
+    LimitWatch,
     Limits,
     Mount,
     OutputBuffer,
@@ -161,9 +162,12 @@ class DockerBackend:
         self.user = user if user is not None else ("" if os.getuid() == 0 else f"{os.getuid()}:{os.getgid()}")
         self.max_output = max_output
 
-    def _run(self, ws: Path, command: list[str], limits: Limits, mounts: list[Mount], env: dict[str, str]) -> Any:
+    def _run(
+        self, ws: Path, command: list[str], limits: Limits, mounts: list[Mount], env: dict[str, str],
+        ws_read_only: bool = False,
+    ) -> Any:
         t = self._docker.types
-        binds = [t.Mount(WORKDIR, str(ws), type="bind")]
+        binds = [t.Mount(WORKDIR, str(ws), type="bind", read_only=ws_read_only)]
         binds += [
             t.Mount(resolve_target(m.target, WORKDIR), str(m.host.resolve()), type="bind", read_only=m.read_only)
             for m in mounts
@@ -194,7 +198,9 @@ class DockerBackend:
                 t.Ulimit(name="cpu", soft=limits.cpu_seconds, hard=limits.cpu_seconds + 5),  # SIGXCPU, then SIGKILL
                 t.Ulimit(name="fsize", soft=fsize, hard=fsize),
                 t.Ulimit(name="core", soft=0, hard=0),
+                t.Ulimit(name="nofile", soft=limits.open_files, hard=limits.open_files),
             ],
+            tmpfs={"/tmp": f"rw,nosuid,nodev,size={limits.tmp_mb}m,mode=1777"},
             cap_drop=["ALL"],
             security_opt=["no-new-privileges"],
             labels={"gymforge.sandbox": "1"},
@@ -216,7 +222,7 @@ class DockerBackend:
         def close() -> None:
             if container is not None:
                 container.remove(force=True)
-            remove_mount_points(created)
+            remove_mount_points(ws, created)
 
         try:
             container = self._run(ws, ["sleep", "infinity"], limits, mounts, env)
@@ -224,7 +230,8 @@ class DockerBackend:
             r = container.exec_run(["cat", "/proc/1/task/1/children"], user=self.user)
             keeper = int(r.output.split()[0])
             return ShellSession(
-                ws, WORKDIR, lambda: _ExecChannel(container, self.user, keeper), self.max_output, close
+                ws, WORKDIR, lambda: _ExecChannel(container, self.user, keeper), self.max_output, close,
+                watch=LimitWatch(ws, limits), confinement="docker",
             )
         except BaseException:
             close()
@@ -239,6 +246,7 @@ class DockerBackend:
         limits: Limits,
         mounts: list[Mount] = [],
         env: dict[str, str] = {},
+        read_only: bool = False,
     ) -> ExecResult:
         import requests
 
@@ -247,7 +255,7 @@ class DockerBackend:
         t0 = time.monotonic()
         container = None
         try:
-            container = self._run(ws, list(argv), limits, mounts, env)
+            container = self._run(ws, list(argv), limits, mounts, env, read_only)
             try:
                 code = container.wait(timeout=max(timeout - (time.monotonic() - t0), 0.01))["StatusCode"]
                 timed_out = False
@@ -258,14 +266,18 @@ class DockerBackend:
             for chunk in container.logs(stream=True, stdout=True, stderr=True):
                 buf.add(chunk)
             container.reload()
+            limit = None
             if container.attrs["State"].get("OOMKilled"):
                 buf.add(f"\n[killed: out of memory ({limits.memory_mb} MB)]\n".encode())
+                limit = f"memory: {limits.memory_mb} MiB for the whole sandbox (a process was killed)"
+            limit = limit or LimitWatch(ws, limits).after(code)
         finally:
             if container is not None:
                 container.remove(force=True)
-            remove_mount_points(created)
+            remove_mount_points(ws, created)
         return ExecResult(
-            output=buf.text(), exit_code=code, timed_out=timed_out, duration_s=round(time.monotonic() - t0, 4)
+            output=buf.text(), exit_code=code, timed_out=timed_out, duration_s=round(time.monotonic() - t0, 4),
+            limit=limit,
         )
 
 

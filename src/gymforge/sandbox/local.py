@@ -124,7 +124,9 @@ class _View:
         self._tmpfs.add(dst)
 
 
-def _bwrap_argv(ws: Path, limits: Limits, mounts: list[Mount], uid: int | None, gpus: bool) -> list[str]:
+def _bwrap_argv(
+    ws: Path, limits: Limits, mounts: list[Mount], uid: int | None, gpus: bool, ws_read_only: bool = False
+) -> list[str]:
     """bwrap's arguments: the host workspace `ws` appears at WORKDIR, relative mount targets under it."""
     a = ["bwrap", "--die-with-parent", "--new-session", "--unshare-ipc", "--unshare-pid", "--unshare-uts"]
     a += ["--unshare-cgroup-try", "--hostname", "sandbox"]
@@ -156,7 +158,7 @@ def _bwrap_argv(ws: Path, limits: Limits, mounts: list[Mount], uid: int | None, 
         for dev in sorted(Path("/dev").glob("nvidia*")):
             v.bind("--dev-bind", str(dev), str(dev))
         v.bind("--ro-bind", "/sys", "/sys")
-    v.bind("--bind", str(ws), WORKDIR)
+    v.bind("--ro-bind" if ws_read_only else "--bind", str(ws), WORKDIR)
     for m in sorted(mounts, key=lambda m: resolve_target(m.target, WORKDIR).count("/")):
         v.bind("--ro-bind" if m.read_only else "--bind", str(m.host.resolve()), resolve_target(m.target, WORKDIR))
     a += v.args + ["--chdir", WORKDIR, "--"]
@@ -400,7 +402,7 @@ class LocalBackend:
         return WORKDIR if self.confinement == "bwrap" else str(workspace.resolve())
 
     def _prepare(
-        self, workspace: Path, limits: Limits, mounts: list[Mount], env: dict[str, str]
+        self, workspace: Path, limits: Limits, mounts: list[Mount], env: dict[str, str], ws_read_only: bool = False
     ) -> tuple[Path, list[str], dict[str, str], Callable[[], None], LimitWatch]:
         """The argv prefix and environment of one sandbox, its limit watch and the cleanup to run when it is gone."""
         ws = workspace.resolve()
@@ -415,11 +417,11 @@ class LocalBackend:
         if self.confinement == "bwrap":
             uid = _workspace_uid(ws) if _is_root() else None
             if uid is not None:
-                for p in [ws] + [m.host.resolve() for m in mounts if not m.read_only]:
+                for p in ([] if ws_read_only else [ws]) + [m.host.resolve() for m in mounts if not m.read_only]:
                     beneath.chown_tree(p, uid)
                 nproc = limits.max_processes
             created = mount_points(ws, [Path(resolve_target(m.target, str(ws))) for m in mounts], uid)
-            prefix = _bwrap_argv(ws, limits, mounts, uid, self.gpus)
+            prefix = _bwrap_argv(ws, limits, mounts, uid, self.gpus, ws_read_only)
             cleanup = functools.partial(remove_mount_points, ws, created)
         else:
             links = _link_mounts(ws, mounts)
@@ -466,8 +468,9 @@ class LocalBackend:
         limits: Limits,
         mounts: list[Mount] = [],
         env: dict[str, str] = {},
+        read_only: bool = False,
     ) -> ExecResult:
-        ws, prefix, full_env, cleanup, watch = self._prepare(workspace, limits, mounts, env)
+        ws, prefix, full_env, cleanup, watch = self._prepare(workspace, limits, mounts, env, read_only)
         t0 = time.monotonic()
         buf = OutputBuffer(self.max_output)
         limit = None

@@ -267,6 +267,11 @@ import json
 import random
 import sys
 
+try:  # gymforge runs the submission in a sandbox of its own and hands it over through gymforge_eval
+    from gymforge_eval import import_submission
+except ImportError:  # under MLGym it is imported into this process
+    from importlib import import_module as import_submission
+
 MOVES = $moves
 PAYOFF = $payoff  # PAYOFF[your_move][opponent_move] = your points
 ROUNDS = $rounds
@@ -302,7 +307,7 @@ def play(choose_move, opponent, seed: int) -> float:
 def main() -> None:
     # Whatever the submitted module prints goes to stderr, so stdout stays one JSON object.
     with contextlib.redirect_stdout(sys.stderr):
-        from strategy import choose_move
+        choose_move = import_submission("strategy").choose_move
 
         totals = [
             play(choose_move, opponent, SEED + 1000 * i + m)
@@ -387,6 +392,11 @@ import json
 import random
 import sys
 
+try:  # gymforge runs the submission in a sandbox of its own and hands it over through gymforge_eval
+    from gymforge_eval import import_submission
+except ImportError:  # under MLGym it is imported into this process
+    from importlib import import_module as import_submission
+
 PIE = $pie
 ROUNDS = $rounds
 MATCHES = $matches
@@ -421,7 +431,7 @@ def play(make_offer, responder, seed: int) -> int:
 def main() -> None:
     # Whatever the submitted module prints goes to stderr, so stdout stays one JSON object.
     with contextlib.redirect_stdout(sys.stderr):
-        from strategy import make_offer
+        make_offer = import_submission("strategy").make_offer
 
         kept = [
             play(make_offer, responder, SEED + 1000 * i + m)
@@ -493,6 +503,11 @@ import json
 import random
 import sys
 
+try:  # gymforge runs the submission in a sandbox of its own and hands it over through gymforge_eval
+    from gymforge_eval import import_submission
+except ImportError:  # under MLGym it is imported into this process
+    from importlib import import_module as import_submission
+
 INSTANCES = $instances
 MIN_ITEMS, MAX_ITEMS = $lo, $hi
 MAX_WEIGHT = $max_weight
@@ -534,7 +549,7 @@ def main() -> None:
     ratios = []
     # Whatever the submitted module prints goes to stderr, so stdout stays one JSON object.
     with contextlib.redirect_stdout(sys.stderr):
-        from heuristic import select_items
+        select_items = import_submission("heuristic").select_items
 
         for _ in range(INSTANCES):
             values, weights, capacity = make_instance(rng)
@@ -602,6 +617,11 @@ import math
 import random
 import sys
 
+try:  # gymforge runs the submission in a sandbox of its own and hands it over through gymforge_eval
+    from gymforge_eval import import_submission
+except ImportError:  # under MLGym it is imported into this process
+    from importlib import import_module as import_submission
+
 INSTANCES = $instances
 MIN_ITEMS, MAX_ITEMS = $lo, $hi
 MIN_SIZE, MAX_SIZE = $size_lo, $size_hi
@@ -627,7 +647,7 @@ def main() -> None:
     ratios = []
     # Whatever the submitted module prints goes to stderr, so stdout stays one JSON object.
     with contextlib.redirect_stdout(sys.stderr):
-        from heuristic import pack_items
+        pack_items = import_submission("heuristic").pack_items
 
         for _ in range(INSTANCES):
             sizes = [rng.randint(MIN_SIZE, MAX_SIZE) for _ in range(rng.randint(MIN_ITEMS, MAX_ITEMS))]

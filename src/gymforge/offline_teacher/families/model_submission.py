@@ -81,6 +81,16 @@ import pickle
 import sys
 from pathlib import Path
 
+try:  # gymforge unpickles and runs the model in a sandbox of its own, reached through gymforge_eval
+    from gymforge_eval import SubmissionError, load_pickle
+except ImportError:  # under MLGym it is unpickled into this process
+    class SubmissionError(Exception):
+        pass
+
+    def load_pickle(path):
+        with open(path, "rb") as fh:
+            return pickle.load(fh)
+
 $imports
 
 TARGET = $target_lit
@@ -112,9 +122,8 @@ def load_model(config_path: str):
         sys.exit(f"{config_path} must set model_path, the pickled model to evaluate")
     path = Path(config_path).parent / config["model_path"]
     try:
-        with open(path, "rb") as fh:
-            return pickle.load(fh)
-    except (OSError, pickle.UnpicklingError, EOFError, AttributeError, ModuleNotFoundError) as err:
+        return load_pickle(path)
+    except (OSError, pickle.UnpicklingError, EOFError, AttributeError, ModuleNotFoundError, SubmissionError) as err:
         sys.exit(f"cannot load the model {path}: {err}")
 
 

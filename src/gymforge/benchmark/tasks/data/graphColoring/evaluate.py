@@ -5,6 +5,10 @@ import json
 import numbers
 import os
 import sys
+try:  # gymforge runs the submission in a sandbox of its own and hands it over through gymforge_eval
+    from gymforge_eval import import_submission
+except ImportError:  # under MLGym it is imported into this process
+    from importlib import import_module as import_submission
 
 # gymforge keeps the held-out graphs outside the workspace and names their directory in GYMFORGE_SECRETS;
 # under MLGym they are a workspace file next to this script.
@@ -27,7 +31,7 @@ def main() -> None:
         graphs = json.load(f)
     # The submitted module's prints go to stderr, so stdout stays one JSON object.
     with contextlib.redirect_stdout(sys.stderr):
-        from coloring import color_graph
+        color_graph = import_submission("coloring").color_graph
 
         used = [colors_used(g["n"], g["edges"], color_graph(g["n"], [list(e) for e in g["edges"]])) for g in graphs]
     print(json.dumps({"colors": round(sum(used) / len(used), 6)}))

@@ -6,6 +6,10 @@ import json
 import os
 import random
 import sys
+try:  # gymforge runs the submission in a sandbox of its own and hands it over through gymforge_eval
+    from gymforge_eval import import_submission
+except ImportError:  # under MLGym it is imported into this process
+    from importlib import import_module as import_submission
 
 # gymforge keeps the held-out maps outside the workspace and names their directory in GYMFORGE_SECRETS;
 # under MLGym they are a workspace file next to this script.
@@ -43,7 +47,7 @@ def main() -> None:
     returns = []
     # The submitted module's prints go to stderr, so stdout stays one JSON object.
     with contextlib.redirect_stdout(sys.stderr):
-        from policy import act
+        act = import_submission("policy").act
 
         for m, spec in enumerate(maps):
             grid, start, goal = tuple(spec["grid"]), tuple(spec["start"]), tuple(spec["goal"])
