@@ -469,6 +469,7 @@ def _main(argv: list[str]) -> None:
     args = build_parser().parse_args(argv)
     logging.basicConfig(level=logging.DEBUG if args.verbose else logging.INFO,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    from gymforge.benchmark.suite import BenchmarkError
     from gymforge.environment import BaselineFailed, InstallError, TaskUnsupported
     from gymforge.llm import BudgetExceeded
     from gymforge.mlgym import MLGymConfigError
@@ -478,7 +479,7 @@ def _main(argv: list[str]) -> None:
         args.func(args)
     except ConfigError as err:
         sys.exit(str(err))
-    except (BudgetExceeded, BaselineFailed, InstallError, TaskUnsupported, MLGymConfigError, SandboxError) as err:
+    except (BenchmarkError, BudgetExceeded, BaselineFailed, InstallError, TaskUnsupported, MLGymConfigError, SandboxError) as err:
         sys.exit(f"gymforge: {err}")
 
 
