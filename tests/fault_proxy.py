@@ -34,10 +34,10 @@ KINDS = ("429", "500", "503", "hang", "cut", "bad_json", "no_choices")
 
 class FaultProxy:
     def __init__(self, upstream: str, *, rate: float = 0.3, seed: int = 0, kinds: Iterable[str] = KINDS,
-                 hang_s: float = 3.0, retry_after: str = "1",
+                 hang_s: float = 3.0, retry_after: str = "1", delay_s: float = 0.0,
                  schedule: Callable[[int], str | None] | None = None) -> None:
         """`upstream`: base URL ending in /v1. `schedule(n)`, if given, overrides the draw for the n-th chat
-        request (0-based): a kind, or None for no fault."""
+        request (0-based): a kind, or None for no fault. `delay_s`: added latency of every chat request."""
         self.upstream = upstream.rstrip("/")
         self.rate = rate
         self.seed = seed
@@ -45,6 +45,7 @@ class FaultProxy:
         self.hang_s = hang_s
         self.retry_after = retry_after
         self.schedule = schedule
+        self.delay_s = delay_s
         self.injected: Counter[str] = Counter()
         self.requests = 0  # chat requests received
         self._seen: Counter[str] = Counter()
@@ -106,6 +107,7 @@ class _Handler(BaseHTTPRequestHandler):
         if not self.path.rstrip("/").endswith("/chat/completions"):
             return self._relay("POST", body)
         kind = self.proxy.draw(body)
+        time.sleep(self.proxy.delay_s)
         if kind in ("429", "500", "503"):
             headers = {"Retry-After": self.proxy.retry_after} if kind == "429" else {}
             error = {"error": {"message": f"injected HTTP {kind}", "type": "server_error", "param": None, "code": None}}

@@ -5,11 +5,15 @@ from __future__ import annotations
 
 import asyncio
 import json
+import re
+import subprocess
+import sys
 from pathlib import Path
 
 import openai
 import pytest
 from fault_proxy import KINDS, FaultProxy
+from workflow_runs import SMALL_TOPICS, fingerprint, leftovers, snakemake, workflow
 
 from gymforge.config import EndpointConfig, Price
 from gymforge.ledger import Ledger
@@ -102,3 +106,53 @@ def test_30_percent_faults_async_all_answered(tmp_path: Path, teacher: str) -> N
     entries = done(tmp_path)
     assert len(entries) == proxy.requests == 24 + sum(proxy.injected.values())
     assert sum(e["ok"] for e in entries) == 24
+
+
+# -- end to end: `snakemake tasks` through the proxy ---------------------------------------------------------------
+
+
+@pytest.mark.slow
+def test_one_invocation_of_tasks_survives_30_percent_faults(tmp_path: Path, teacher_url: str,
+                                                            clean_tasks: dict[str, str]) -> None:
+    with FaultProxy(teacher_url, rate=0.3, seed=1, hang_s=3.0) as proxy:
+        workflow(tmp_path, proxy.url, topics=SMALL_TOPICS)
+        proc = snakemake(tmp_path, "tasks")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert sum(proxy.injected.values()) >= 4 and len(proxy.injected) >= 3, proxy.injected
+    assert fingerprint(tmp_path / "results") == clean_tasks
+    assert leftovers(tmp_path) == []
+    # Every request is in the ledger, and `gymforge status` counts each retry where it happened.
+    assert Ledger(tmp_path / "results" / "llm").request_count() == proxy.requests
+    stages = status(tmp_path)["stages"]
+    assert sum(s["llm"]["retries"] for s in stages.values()) == sum(proxy.injected.values())
+    assert sum(sum(s["llm"]["errors"].values()) for s in stages.values()) == sum(proxy.injected.values())
+    assert not any(s["failed"] for s in stages.values())
+
+
+@pytest.mark.slow
+def test_a_small_budget_is_used_up_never_exceeded_and_named(tmp_path: Path, teacher_url: str) -> None:
+    workflow(tmp_path, teacher_url, topics=SMALL_TOPICS, budget_usd=0.03)
+    proc = snakemake(tmp_path, "tasks")
+    assert proc.returncode != 0
+    budget = Ledger(tmp_path / "results" / "llm").budget(0.03)
+    assert budget["spent_usd"] <= 0.03 and budget["in_flight"] == 0
+    # Where users look: Snakemake's output, the failed job's log and failure record, `gymforge status`. It stopped
+    # only when what was left could not pay for the next request: all but less than one request's cost was used
+    # (with 12 topics and $0.05, calls are small against the budget: 97% used, see README).
+    lines = [ln for ln in proc.stderr.splitlines() if "failed (budget_exhausted)" in ln]
+    for line in lines:
+        remaining, needed = map(float, re.search(r"remaining \$(\d+\.\d+); the next request needs about \$(\d+\.\d+)",
+                                                 line).groups())
+        assert "LLM budget exhausted" in line and "spent $" in line and remaining < needed
+    assert budget["remaining_usd"] < max(float(re.search(r"needs about \$(\d+\.\d+)", ln).group(1)) for ln in lines)
+    failed = {stage: s["failed"] for stage, s in status(tmp_path)["stages"].items() if s["failed"]}
+    assert failed and all(set(f) == {"budget_exhausted"} for f in failed.values())
+    record = json.loads(next((tmp_path / "results" / "logs").rglob("*.failed.json")).read_text())
+    assert record["status"] == "failed" and record["reason"] in Path(record["log"].replace("results", str(
+        tmp_path / "results"), 1)).read_text()
+
+
+def status(workdir: Path) -> dict:
+    out = subprocess.run([sys.executable, "-m", "gymforge", "status", "--json"], cwd=workdir, capture_output=True,
+                         text=True, check=True)
+    return json.loads(out.stdout)

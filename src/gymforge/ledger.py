@@ -146,13 +146,16 @@ class Ledger:
             expected = self._expected_reply(spend, stage, max_tokens)
             estimate = price.cost(math.ceil(prompt_chars * ratio), expected)
             remaining = budget_usd - spent - reserved
-            if estimate > remaining:
-                raise BudgetExceeded(
+
+            def exhausted(needed: float) -> BudgetExceeded:
+                return BudgetExceeded(
                     f"LLM budget exhausted (stage {stage}): budget ${budget_usd:.4f}, spent ${spent:.4f}, "
                     f"reserved ${reserved:.4f} by {len(spend['reservations'])} requests in flight, remaining "
-                    f"${max(remaining, 0.0):.4f}; the next request needs about ${estimate:.4f}. "
-                    "Raise llm.budget_usd to continue"
-                )
+                    f"${max(remaining, 0.0):.4f}; the next request needs about ${needed:.4f}. "
+                    "Raise llm.budget_usd to continue")
+
+            if estimate > remaining:
+                raise exhausted(estimate)
             prompt_bound = price.cost(math.ceil(prompt_chars * ratio_bound), 0)
             room = budget_usd - spent - bounds - prompt_bound
             if price.output_per_mtok > 0:
@@ -162,11 +165,7 @@ class Ledger:
             if allowed < expected:
                 if spend["reservations"]:
                     return None  # what is in flight will settle, most likely well below its bound
-                raise BudgetExceeded(
-                    f"LLM budget exhausted (stage {stage}): budget ${budget_usd:.4f}, spent ${spent:.4f}, nothing "
-                    f"in flight, remaining ${remaining:.4f} cannot pay for a reply of the expected {expected} "
-                    "tokens. Raise llm.budget_usd to continue"
-                )
+                raise exhausted(prompt_bound + price.cost(0, expected))  # the expected reply at the prompt's bound
             admission = Admission(uuid.uuid4().hex, allowed, estimate, prompt_bound + price.cost(0, allowed))
             spend["reservations"][admission.id] = {
                 "usd": estimate, "bound_usd": admission.bound_usd, "stage": stage, "pid": os.getpid(),

@@ -10,10 +10,17 @@ import logging
 import re
 import threading
 import time
+from dataclasses import replace
 from typing import Any
 
 from gymforge.http_server import BadRequest, ChatCompletionsHandler, LoopbackHTTPServer
-from gymforge.offline_teacher.dispatch import Reply, UnknownRequest, respond, stable_seed, text_of
+from gymforge.offline_teacher.dispatch import (
+    Reply,
+    UnknownRequest,
+    respond,
+    stable_seed,
+    text_of,
+)
 
 MODEL_ID = "gymforge-offline-teacher"
 log = logging.getLogger(__name__)
@@ -43,9 +50,28 @@ def _message(reply: Reply) -> dict[str, Any]:
     return message
 
 
+def _truncate(reply: Reply, max_tokens: int | None) -> tuple[Reply, bool]:
+    """The reply cut to `max_tokens` completion tokens, as a hosted model stops at its limit; True if it was cut."""
+    if not max_tokens or _usage({}, reply)["completion_tokens"] <= max_tokens:
+        return reply, False
+    content = reply.content or ""
+    spans = list(re.finditer(r"\w+|[^\w\s]", content))
+    if len(spans) > max_tokens:
+        return Reply(content[: spans[max_tokens - 1].end()]), True
+    left = max_tokens - len(spans)  # the tool calls' arguments are cut instead
+    calls = []
+    for call in reply.tool_calls:
+        args = list(re.finditer(r"\w+|[^\w\s]", call.arguments))
+        keep = max(0, min(len(args), left - 1))
+        calls.append(replace(call, arguments=call.arguments[: args[keep - 1].end()] if keep else ""))
+        left -= keep + 1
+    return Reply(reply.content, tuple(calls)), True
+
+
 def completion(body: dict[str, Any]) -> dict[str, Any]:
-    """The chat.completion object for a request body (raises what `respond` raises)."""
-    reply = respond(body)
+    """The chat.completion object for a request body (raises what `respond` raises). Like a hosted model, the reply
+    stops at `max_tokens` (or `max_completion_tokens`) with finish reason `length`."""
+    reply, cut = _truncate(respond(body), body.get("max_completion_tokens") or body.get("max_tokens"))
     return {
         "id": f"chatcmpl-{stable_seed(body.get('seed'), body.get('messages')):016x}",
         "object": "chat.completion",
@@ -55,7 +81,7 @@ def completion(body: dict[str, Any]) -> dict[str, Any]:
             {
                 "index": 0,
                 "message": _message(reply),
-                "finish_reason": "tool_calls" if reply.tool_calls else "stop",
+                "finish_reason": "length" if cut else "tool_calls" if reply.tool_calls else "stop",
                 "logprobs": None,
             }
         ],
