@@ -35,9 +35,11 @@ KINDS = ("429", "500", "503", "hang", "cut", "bad_json", "no_choices")
 class FaultProxy:
     def __init__(self, upstream: str, *, rate: float = 0.3, seed: int = 0, kinds: Iterable[str] = KINDS,
                  hang_s: float = 3.0, retry_after: str = "1", delay_s: float = 0.0,
-                 schedule: Callable[[int], str | None] | None = None) -> None:
+                 schedule: Callable[[int], str | None] | None = None,
+                 on_request: Callable[[int], None] | None = None) -> None:
         """`upstream`: base URL ending in /v1. `schedule(n)`, if given, overrides the draw for the n-th chat
-        request (0-based): a kind, or None for no fault. `delay_s`: added latency of every chat request."""
+        request (0-based): a kind, or None for no fault. `delay_s`: added latency of every chat request.
+        `on_request(n)` is called when the n-th chat request arrives (before its latency)."""
         self.upstream = upstream.rstrip("/")
         self.rate = rate
         self.seed = seed
@@ -46,6 +48,7 @@ class FaultProxy:
         self.retry_after = retry_after
         self.schedule = schedule
         self.delay_s = delay_s
+        self.on_request = on_request
         self.injected: Counter[str] = Counter()
         self.requests = 0  # chat requests received
         self._seen: Counter[str] = Counter()
@@ -71,6 +74,8 @@ class FaultProxy:
         if kind is not None:
             with self._lock:
                 self.injected[kind] += 1
+        if self.on_request is not None:
+            self.on_request(n)
         return kind
 
     def start(self) -> FaultProxy:
