@@ -68,6 +68,14 @@ def test_indented_fence_is_dedented() -> None:
     assert action == "edit 1:1\n    x = 1\nend_of_edit"
 
 
+def test_indented_fences_are_content_when_fences_start_in_column_0() -> None:
+    # As MLGym reads them: a line "  ```" inside a column-0 block neither closes it nor counts in an edit body.
+    _, action = parse_reply("Indent the README's example.\n```\nedit 3:4\n  ```\n  pip install .\nend_of_edit\n```")
+    assert action == "edit 3:4\n  ```\n  pip install .\nend_of_edit"
+    _, action = parse_reply("Run it:\n```\nx = 1\n  ```\n```")
+    assert action == "x = 1\n  ```"
+
+
 # Replies MLGym's parser turns into an action (measured on its released trajectories by
 # bench/parser_agreement.py): the same action here. Examples written for these tests.
 

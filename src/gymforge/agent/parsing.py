@@ -1,7 +1,9 @@
 """Split a model reply into its DISCUSSION and its single fenced command.
 
-Fences are lines of three or more backticks (up to three spaces of indent); an opening fence may
-carry an info string (```bash), a closing fence is backticks alone, at least as many as opened.
+Fences are lines of three or more backticks starting in column 0 (up to three spaces of indent when no
+line of the reply starts with one); an opening fence may carry an info string (```bash), a closing fence
+is backticks alone, at least as many as opened (where MLGym, which counts three, would take ```` ... ```
+as a block, this parser reads the longer fence as Markdown does).
 
 Where MLGym's parser (`MLGymThoughtActionParser`, built on SWE-agent's `ThoughtActionParser`) turns a
 reply into an action, this parser returns the same action; it is stricter only where a reply reads as two
@@ -22,8 +24,6 @@ from __future__ import annotations
 
 import re
 
-_OPEN = re.compile(r"^ {0,3}(`{3,})([^`]*)$")
-_FENCE = re.compile(r"^ {0,3}`{3,}")
 _MULTILINE = re.compile(r"^\s*(edit|insert)\b")
 
 
@@ -31,9 +31,10 @@ class FormatError(ValueError):
     """The reply does not hold exactly one non-empty command block; the message says what to fix."""
 
 
-def _close(lines: list[str], start: int, fence: int) -> int | None:
+def _close(lines: list[str], start: int, fence: int, indent: int) -> int | None:
     """Index of the line that closes the block whose body starts at `start`, or None."""
-    close = re.compile(rf"^ {{0,3}}`{{{fence},}}\s*$")
+    close = re.compile(rf"^ {{0,{indent}}}`{{{fence},}}\s*$")
+    any_fence = re.compile(rf"^ {{0,{indent}}}`{{3,}}")
     first_close = next((j for j in range(start, len(lines)) if close.match(lines[j])), None)
     first = next((ln for ln in lines[start:] if ln.strip()), "")
     mm = _MULTILINE.match(first)
@@ -41,22 +42,26 @@ def _close(lines: list[str], start: int, fence: int) -> int | None:
         return first_close
     terminator = f"end_of_{mm[1]}"
     end = next((j for j in range(start, len(lines)) if lines[j].strip() == terminator), None)
-    if end is None or sum(1 for ln in lines[start:end] if _FENCE.match(ln)) % 2:
+    if end is None or sum(1 for ln in lines[start:end] if any_fence.match(ln)) % 2:
         return first_close
     return next((j for j in range(end + 1, len(lines)) if close.match(lines[j])), None)
 
 
 def _blocks(lines: list[str]) -> list[tuple[int, int]]:
     """(first, end) line spans of the fenced bodies; an unclosed fence raises, unless it is a stray last line."""
+    # Fences start in column 0, as MLGym reads them; only a reply with none there (its block indented in a
+    # list item, which MLGym rejects) may indent them by up to three spaces.
+    indent = 0 if any(ln.startswith("```") for ln in lines) else 3
+    opening = re.compile(rf"^ {{0,{indent}}}(`{{3,}})([^`]*)$")
     spans: list[tuple[int, int]] = []
     last = max((j for j, ln in enumerate(lines) if ln.strip()), default=-1)
     i = 0
     while i < len(lines):
-        m = _OPEN.match(lines[i])
+        m = opening.match(lines[i])
         if not m:
             i += 1
             continue
-        end = _close(lines, i + 1, len(m[1]))
+        end = _close(lines, i + 1, len(m[1]), indent)
         if end is None:
             if spans and i == last:
                 break  # a stray fence closing nothing, after the block (MLGym ignores it)
