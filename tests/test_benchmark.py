@@ -563,3 +563,23 @@ def test_eval_runs_on_a_task_without_its_data_says_so_without_a_traceback(tmp_pa
         cli.main(["eval-runs", "--config", str(config), "--model", "teacher", "--task", "imageClassificationFMnist",
                   "--runs", "0", "--out", str(out)])
     assert not out.parent.exists()  # nothing ran
+
+
+def test_a_gpu_task_runs_in_a_sandbox_that_sees_its_gpus(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from gymforge import episode
+    from gymforge.stages import evaluation
+
+    class Reached(Exception):
+        pass
+
+    def sandbox_for(cfg: GymforgeConfig, gpus: int) -> None:
+        raise Reached(gpus)
+
+    monkeypatch.setattr(episode, "sandbox_for", sandbox_for)
+    monkeypatch.setattr(evaluation, "visible_gpus", lambda: 1)  # the job's lease
+    cfg = GymforgeConfig(cache_dir=str(tmp_path / "cache"),
+                         evaluate=EvaluateConfig(benchmark="mlgym", mlgym_root=str(fake_mlgym(tmp_path / "MLGym"))))
+    for task_id, gpus in (("rlMetaMazeMisc", 1), ("prisonersDilemma", 0)):
+        with pytest.raises(Reached) as reached:
+            evaluation.evaluate_task(cfg, "teacher", task_id, [0], tmp_path / "runs" / f"{task_id}.json")
+        assert reached.value.args == (gpus,)

@@ -170,7 +170,7 @@ def evaluate_task(cfg: GymforgeConfig, model: str, task_id: str, runs: list[int]
                         baseline=baseline, fingerprint=stamp, resumed=len(done))
     if todo:
         gpus = cfg.evaluate.serving.gpus if spec.source in SERVED_SOURCES else 0
-        episodes = EpisodeRunner(sandbox_for(cfg, 0), limits_of(cfg), cache_root(cfg))
+        episodes = EpisodeRunner(sandbox_for(cfg, task.gpus), limits_of(cfg), cache_root(cfg))  # a GPU task's devices
         with open_endpoint(cfg, spec, checkpoint=checkpoint, served_name=served, log=log_file) as endpoint:
             llm = _client(cfg, spec, endpoint)
             log.info("%s served as %s at %s (gpus=%d)", model, endpoint.model, endpoint.base_url, gpus)
