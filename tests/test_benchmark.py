@@ -532,6 +532,7 @@ def test_unmet_needs_name_what_is_missing_and_how_to_get_it(tmp_path: Path) -> N
 
     [problem] = unmet_needs(fmnist, cache, gpus=0)
     assert "zalando-datasets/fashion_mnist" in problem and "`snakemake datasets`" in problem
+    assert problem.endswith(f"`snakemake {cache}/zalando-datasets--fashion_mnist/manifest.json`")
     (cache / "zalando-datasets--fashion_mnist").mkdir(parents=True)
     (cache / "zalando-datasets--fashion_mnist" / "manifest.json").write_text("{}")
     assert unmet_needs(fmnist, cache, gpus=0) == []

@@ -182,7 +182,8 @@ def unmet_needs(task: BenchmarkTask, dataset_cache: Path | str, gpus: int) -> li
     if unfetched:
         problems.append(
             f"it loads {', '.join(unfetched)} from the Hugging Face hub, not fetched into {dataset_cache}: run "
-            f"`snakemake datasets` (it fetches them from the hub; needs network access) before the benchmark"
+            f"`snakemake datasets` (it fetches them from the hub; needs network access) before the benchmark, or "
+            f"only these: `snakemake {' '.join(str(entry_dir(dataset_cache, i) / MANIFEST) for i in unfetched)}`"
         )
     if gpus < task.gpus:
         why = MLGYM_GPUS.get(task.id, (0, "its config says so"))[1]
