@@ -141,14 +141,29 @@ def test_host_paths_of_the_workspace_count_as_inside(tmp_path: Path) -> None:
     assert a.check("ls") == []
 
 
-def test_scan_is_bounded(tmp_path: Path) -> None:
-    for i in range(50):
-        (tmp_path / f"f{i:03d}.txt").write_text("")
-    (tmp_path / "zz").mkdir()
-    (tmp_path / "zz" / "json.py").write_text("")
-    scan = scan_workspace(tmp_path, STDLIB_LIKE, max_entries=10)
-    assert scan.truncated == "stopped after 51 entries"  # the root's entries, then the walk stops
-    assert "zz/json.py" not in scan.modules
+def test_scan_is_bounded_and_breadth_first(tmp_path: Path) -> None:
+    # A deep dataset must not use up the budget before the shallow directories (where a shadow is on sys.path).
+    (tmp_path / "data" / "deep").mkdir(parents=True)
+    for i in range(100):
+        (tmp_path / "data" / f"f{i:03d}.csv").write_text("")
+        (tmp_path / "data" / "deep" / f"g{i:03d}.csv").write_text("")
+    (tmp_path / "scripts").mkdir()
+    (tmp_path / "scripts" / "csv.py").write_text("")
+    scan = scan_workspace(tmp_path, STDLIB_LIKE, max_entries=150)
+    assert scan.truncated == "stopped after 150 entries"
+    assert scan.modules == {"scripts/csv.py"}
+    assert not scan_workspace(tmp_path, STDLIB_LIKE).truncated
+
+
+def test_scan_never_enters_a_directory_through_a_symlink(tmp_path: Path) -> None:
+    ws, outside = tmp_path / "ws", tmp_path / "outside"
+    (outside / "sub").mkdir(parents=True)
+    (outside / "sub" / "json.py").write_text("")
+    os.symlink(outside / "sub" / "json.py", outside / "link_out")
+    ws.mkdir()
+    os.symlink(outside, ws / "dirlink")
+    scan = scan_workspace(ws, STDLIB_LIKE)
+    assert scan.symlinks == {"dirlink": str(outside)} and scan.modules == set()
 
 
 def test_evaluator_imports_join_the_names_but_not_the_tasks_own_modules(tmp_path: Path) -> None:

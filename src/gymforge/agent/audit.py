@@ -6,8 +6,8 @@ Five flag codes (`CODES`), each from two sources of facts:
   `touch`, `cp`/`mv`/`ln` destinations, `mkdir`, the `create`/`edit`/`insert` file tools, Python
   `open(..., "w")`, `os.symlink`), symlink targets and `/proc/<pid>` references;
 - the host workspace after the step (`scan_workspace`): a walk by file descriptor that never follows a
-  symlink (`os.fwalk(follow_symlinks=False)` plus `lstat`/`readlink` relative to the directory's fd),
-  bounded in entries, depth and time. New symlinks whose target leaves the workspace, new modules or
+  symlink (each directory opened beneath the workspace with O_NOFOLLOW, `lstat`/`readlink` by dir fd),
+  bounded in entries, depth and time (breadth first). New symlinks whose target leaves the workspace, new modules or
   packages named like the standard library or what the evaluator imports, and a changed evaluation
   script are flagged even when the command that made them was obfuscated or ran in the background.
 
@@ -28,6 +28,7 @@ import shlex
 import stat
 import sys
 import time
+from collections import deque
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -90,12 +91,27 @@ def _fingerprint(st: os.stat_result) -> tuple[int, int, int, int]:
     return (st.st_ino, st.st_size, st.st_mtime_ns, st.st_mode)
 
 
+def _open_beneath(top: int, rel: str) -> int:
+    """A directory fd for `rel` beneath `top`, one component at a time, never through a symlink."""
+    fd = os.dup(top)
+    for part in rel.split("/") if rel else []:
+        try:
+            child = os.open(part, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=fd)
+        finally:
+            os.close(fd)
+        fd = child
+    return fd
+
+
 def scan_workspace(
     root: Path, names: frozenset[str] = STDLIB_LIKE, watched: Iterable[str] = (), *,
     max_entries: int = 20_000, max_depth: int = 12, max_seconds: float = 2.0,
 ) -> Scan:
     """Symlinks, stdlib-like modules and the fingerprints of `watched` files under `root`, never following a link.
 
+    Breadth first, so a cut-short scan (entries, time) has seen the shallow directories, where a shadow module
+    is on `sys.path`, before the depths of a dataset. Every directory is opened by fd beneath the workspace
+    with O_NOFOLLOW per component: a directory swapped for a symlink mid-scan is skipped, never followed.
     A module counts when its directory is not itself a package (a `types.py` inside package `utils/` is
     `utils.types` and shadows nothing); a package when it has an `__init__` module.
     """
@@ -104,7 +120,7 @@ def scan_workspace(
     seen = 0
     packages: set[str] = set()  # relative dirs holding an __init__ module
     try:
-        top = os.open(root, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
+        top = os.open(root, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
     except OSError as exc:
         scan.truncated = f"workspace not readable ({exc.strerror})"
         return scan
@@ -114,42 +130,52 @@ def scan_workspace(
                 scan.files[rel] = _fingerprint(os.stat(rel, dir_fd=top, follow_symlinks=False))
             except OSError:
                 scan.files[rel] = (0, 0, 0, 0)  # missing or not reachable: a change from a real file
-    finally:
-        os.close(top)
-    for dirpath, dirnames, filenames, dirfd in os.fwalk(root, follow_symlinks=False):
-        rel_dir = os.path.relpath(dirpath, root)
-        rel_dir = "" if rel_dir == "." else rel_dir
-        depth = 0 if not rel_dir else rel_dir.count(os.sep) + 1
-        if any(module_name(f) == "__init__" for f in filenames):
-            packages.add(rel_dir)
-            name = os.path.basename(rel_dir)
-            parent = os.path.dirname(rel_dir)
-            if rel_dir and name in names and parent not in packages:
-                scan.modules.add(rel_dir + "/")
-        in_package = rel_dir in packages
-        scan.basenames.update(filenames)
-        for name in [*dirnames, *filenames]:
-            seen += 1
-            rel = f"{rel_dir}/{name}" if rel_dir else name
+        queue: deque[tuple[str, int]] = deque([("", 0)])
+        while queue and scan.truncated is None:
+            rel_dir, depth = queue.popleft()
             try:
-                st = os.stat(name, dir_fd=dirfd, follow_symlinks=False)
+                fd = _open_beneath(top, rel_dir)
             except OSError:
                 continue
-            if stat.S_ISLNK(st.st_mode):
-                try:
-                    scan.symlinks[rel] = os.readlink(name, dir_fd=dirfd)
-                except OSError:
-                    continue
-            mod = module_name(name)
-            if mod in names and not in_package and (stat.S_ISREG(st.st_mode) or stat.S_ISLNK(st.st_mode)):
-                scan.modules.add(rel)
-        dirnames[:] = [d for d in dirnames if d not in _SKIP_DIRS] if depth < max_depth else []
-        if seen >= max_entries:
-            scan.truncated = f"stopped after {seen} entries"
-            break
-        if time.monotonic() > deadline:
-            scan.truncated = f"stopped after {max_seconds:g} s"
-            break
+            try:
+                entries: list[tuple[str, os.stat_result]] = []
+                with os.scandir(fd) as it:
+                    for entry in it:
+                        seen += 1
+                        try:
+                            entries.append((entry.name, os.stat(entry.name, dir_fd=fd, follow_symlinks=False)))
+                        except OSError:
+                            pass
+                        if seen >= max_entries:
+                            scan.truncated = f"stopped after {seen} entries"
+                            break
+                        if time.monotonic() > deadline:
+                            scan.truncated = f"stopped after {max_seconds:g} s"
+                            break
+                if any(module_name(n) == "__init__" and not stat.S_ISDIR(st.st_mode) for n, st in entries):
+                    packages.add(rel_dir)
+                    name, parent = posixpath.basename(rel_dir), posixpath.dirname(rel_dir)
+                    if rel_dir and name in names and parent not in packages:
+                        scan.modules.add(rel_dir + "/")
+                in_package = rel_dir in packages
+                for name, st in entries:
+                    rel = f"{rel_dir}/{name}" if rel_dir else name
+                    if stat.S_ISDIR(st.st_mode):
+                        if name not in _SKIP_DIRS and depth < max_depth:
+                            queue.append((rel, depth + 1))
+                        continue
+                    scan.basenames.add(name)
+                    if stat.S_ISLNK(st.st_mode):
+                        try:
+                            scan.symlinks[rel] = os.readlink(name, dir_fd=fd)
+                        except OSError:
+                            pass
+                    if module_name(name) in names and not in_package:
+                        scan.modules.add(rel)
+            finally:
+                os.close(fd)
+    finally:
+        os.close(top)
     return scan
 
 
