@@ -290,9 +290,7 @@ class Agent:
         except (OSError, RuntimeError, ValueError) as err:  # RecursionError (symlink loops) is a RuntimeError
             log.warning("%s: file command %r failed: %r", self.task.id, action.split(None, 1)[0], err)
             message = str(err.strerror or err) if isinstance(err, OSError) else str(err) or type(err).__name__
-            host = str(self.session.workspace)
-            return f"Error: {message}".replace(host, self.session.workdir) if host != self.session.workdir else (
-                f"Error: {message}")
+            return "Error: " + message.replace(str(self.session.workspace), self.session.workdir)  # no host paths
 
     async def _audit(self, action: str, cwd: str) -> list[Flag]:
         """This step's suspicious-action flags (gymforge.agent.audit), also collected in the trajectory's info."""
