@@ -43,14 +43,19 @@ class _Endpoint(NamedTuple):
 class ScriptedModel:
     """Stands in for an `LLMClient` in the agent loop: answers with `replies` in order, then repeats the last."""
 
+    provider = "scripted"
+
     def __init__(self, replies: list[str], model: str) -> None:
-        self.endpoint = _Endpoint(provider="scripted", model=model)
-        self._replies = replies
-        self._turn = 0
+        self.endpoint = _Endpoint(provider=self.provider, model=model)
+        self._replies = list(replies)
+        self.turn = 0
+
+    def _next(self) -> str:
+        return self._replies[min(self.turn, len(self._replies) - 1)]
 
     async def achat(self, messages: list[dict[str, Any]], **_: Any) -> ChatResult:
-        reply = self._replies[min(self._turn, len(self._replies) - 1)]
-        self._turn += 1
+        reply = self._next()
+        self.turn += 1
         return ChatResult(content=reply, finish_reason="stop", prompt_tokens=0, completion_tokens=0, cost_usd=0.0,
                           model=self.endpoint.model)
 
@@ -63,21 +68,15 @@ class ReplayFileError(ValueError):
     """A `--replay` file that holds no replies in a known format."""
 
 
-class ReplayModel:
-    """Stands in for an `LLMClient`: answers with `replies` in order, then stops answering (RepliesExhausted)."""
+class ReplayModel(ScriptedModel):
+    """Answers with `replies` in order, then stops answering (RepliesExhausted)."""
 
-    def __init__(self, replies: list[str], model: str) -> None:
-        self.endpoint = _Endpoint(provider="replay", model=model)
-        self._replies = list(replies)
-        self.turn = 0
+    provider = "replay"
 
-    async def achat(self, messages: list[dict[str, Any]], **_: Any) -> ChatResult:
+    def _next(self) -> str:
         if self.turn >= len(self._replies):
             raise RepliesExhausted(f"the replay has no replies left ({len(self._replies)} replayed)")
-        reply = self._replies[self.turn]
-        self.turn += 1
-        return ChatResult(content=reply, finish_reason="stop", prompt_tokens=0, completion_tokens=0, cost_usd=0.0,
-                          model=self.endpoint.model)
+        return self._replies[self.turn]
 
 
 def _is_exit(step: dict[str, Any]) -> bool:
