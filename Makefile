@@ -19,8 +19,12 @@ setup: $(BIN)/gymforge system-deps
 system-deps:
 	@command -v bwrap >/dev/null 2>&1 || { [ "$$(id -u)" = 0 ] && (apt-get update -qq && apt-get install -y -qq bubblewrap) >/dev/null 2>&1; } || echo "note: bubblewrap not installed; the local sandbox falls back to weaker confinement"
 
+# After a hard kill (kill -9, OOM killer, power loss) run `make run` again: finished outputs are kept, unfinished jobs
+# rerun, and the stale Snakemake lock is removed by the workflow itself when no other snakemake runs here (where that
+# cannot be known it says so: then `$(BIN)/snakemake --unlock` first). Failed jobs: `$(BIN)/gymforge status`.
 run: setup
-	$(BIN)/snakemake --profile profiles/default --cores $(CORES)
+	$(BIN)/snakemake --profile profiles/default --cores $(CORES) || { $(BIN)/gymforge status; \
+	  echo "make run: some jobs failed (reasons above and in results/logs/**/*.failed.json); fix the cause and run 'make run' again, it resumes where it stopped"; exit 1; }
 	$(BIN)/gymforge status
 
 test: setup

@@ -25,14 +25,14 @@ import urllib.request
 from collections import Counter
 from collections.abc import Callable, Iterable
 from http.server import BaseHTTPRequestHandler
-from typing import Any, Self
+from typing import Any
 
-from gymforge.http_server import LoopbackHTTPServer
+from loopback import LoopbackThread
 
 KINDS = ("429", "500", "503", "hang", "cut", "bad_json", "no_choices")
 
 
-class FaultProxy:
+class FaultProxy(LoopbackThread):
     def __init__(self, upstream: str, *, rate: float = 0.3, seed: int = 0, kinds: Iterable[str] = KINDS,
                  hang_s: float = 3.0, retry_after: str = "1", delay_s: float = 0.0,
                  schedule: Callable[[int], str | None] | None = None,
@@ -53,12 +53,6 @@ class FaultProxy:
         self.requests = 0  # chat requests received
         self._seen: Counter[str] = Counter()
         self._lock = threading.Lock()
-        self._httpd: LoopbackHTTPServer | None = None
-
-    @property
-    def url(self) -> str:
-        assert self._httpd is not None, "proxy not started"
-        return f"http://127.0.0.1:{self._httpd.server_address[1]}/v1"
 
     def draw(self, body: bytes) -> str | None:
         digest = hashlib.sha256(body).hexdigest()
@@ -78,23 +72,8 @@ class FaultProxy:
             self.on_request(n)
         return kind
 
-    def start(self) -> FaultProxy:
-        handler = type("Handler", (_Handler,), {"proxy": self})
-        self._httpd = LoopbackHTTPServer(("127.0.0.1", 0), handler)
-        threading.Thread(target=self._httpd.serve_forever, args=(0.05,), name="fault-proxy", daemon=True).start()
-        return self
-
-    def stop(self) -> None:
-        if self._httpd is not None:
-            self._httpd.shutdown()
-            self._httpd.server_close()
-            self._httpd = None
-
-    def __enter__(self) -> Self:
-        return self.start()
-
-    def __exit__(self, *exc: object) -> None:
-        self.stop()
+    def handler(self) -> type[BaseHTTPRequestHandler]:
+        return type("Handler", (_Handler,), {"proxy": self})
 
 
 class _Handler(BaseHTTPRequestHandler):

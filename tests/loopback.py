@@ -18,8 +18,9 @@ import socket
 import threading
 import time
 from collections import deque
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from http.server import BaseHTTPRequestHandler
-from typing import Any, Callable, Iterable, Iterator, Mapping, NamedTuple
+from typing import Any, NamedTuple, Self
 
 import pytest
 
@@ -90,7 +91,43 @@ def closed_port_url() -> str:
     return f"http://127.0.0.1:{port}/v1"
 
 
-class LoopbackServer:
+class LoopbackThread:
+    """An HTTP handler served on 127.0.0.1 (a free port) from a daemon thread, as a context manager."""
+
+    _httpd: LoopbackHTTPServer | None = None
+
+    def handler(self) -> type[BaseHTTPRequestHandler]:
+        raise NotImplementedError
+
+    @property
+    def port(self) -> int:
+        assert self._httpd is not None, "server not started"
+        return self._httpd.server_address[1]
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}/v1"
+
+    def start(self) -> Self:
+        self._httpd = LoopbackHTTPServer(("127.0.0.1", 0), self.handler())
+        # A short poll interval keeps stop() fast.
+        threading.Thread(target=self._httpd.serve_forever, args=(0.05,), name=type(self).__name__, daemon=True).start()
+        return self
+
+    def stop(self) -> None:
+        if self._httpd is not None:
+            self._httpd.shutdown()
+            self._httpd.server_close()
+            self._httpd = None
+
+    def __enter__(self) -> Self:
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+
+class LoopbackServer(LoopbackThread):
     def __init__(
         self,
         answers: Iterable[Answer | tuple[int, Mapping[str, str], Any]] = (),
@@ -107,16 +144,6 @@ class LoopbackServer:
         self.in_flight = 0
         self.max_in_flight = 0
         self._lock = threading.Lock()
-        self._httpd: LoopbackHTTPServer | None = None
-
-    @property
-    def port(self) -> int:
-        assert self._httpd is not None, "server not started"
-        return self._httpd.server_address[1]
-
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self.port}/v1"
 
     @property
     def count(self) -> int:
@@ -128,25 +155,8 @@ class LoopbackServer:
         with self._lock:
             self.answers.extend(Answer(*a) for a in answers)
 
-    def start(self) -> LoopbackServer:
-        handler = type("Handler", (_Handler,), {"owner": self})
-        self._httpd = LoopbackHTTPServer(("127.0.0.1", 0), handler)
-        self._httpd.daemon_threads = True
-        # A short poll interval keeps stop() fast.
-        threading.Thread(target=self._httpd.serve_forever, args=(0.05,), name="loopback-llm", daemon=True).start()
-        return self
-
-    def stop(self) -> None:
-        if self._httpd is not None:
-            self._httpd.shutdown()
-            self._httpd.server_close()
-            self._httpd = None
-
-    def __enter__(self) -> LoopbackServer:
-        return self.start()
-
-    def __exit__(self, *exc: object) -> None:
-        self.stop()
+    def handler(self) -> type[BaseHTTPRequestHandler]:
+        return type("Handler", (_Handler,), {"owner": self})
 
     def _chat(self, headers: dict[str, str], body: dict[str, Any]) -> Answer:
         with self._lock:

@@ -20,12 +20,14 @@ import logging
 import math
 import os
 import threading
+import time
 import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from email.utils import parsedate_to_datetime
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any, Self
 from urllib.parse import urlsplit, urlunsplit
 
@@ -173,6 +175,9 @@ def _public_url(url: str) -> str:
                        else parts.netloc, parts.path, "", ""))
 
 
+BUDGET_WAIT_S = 600.0  # longest wait for requests in flight to release the budget an attempt needs
+
+
 class _WaitForBudget(Exception):
     """Attempts in flight hold the budget this one needs; they settle soon (not counted as an attempt)."""
 
@@ -187,6 +192,7 @@ class _Call:
     id: str = field(default_factory=lambda: uuid.uuid4().hex)
     attempts: int = 0
     truncated_by_budget: bool = False
+    budget_wait_since: float | None = None
 
 
 @dataclass(frozen=True)
@@ -329,7 +335,8 @@ class LLMClient:
             if isinstance(err, _WaitForBudget):
                 return 0.2
             asked = retry_after_s(err.response.headers) if isinstance(err, APIStatusError) else None
-            return max(backoff(state), asked or 0.0)
+            # The backoff grows with the attempts sent, not with the budget waits in between.
+            return max(backoff(SimpleNamespace(attempt_number=call.attempts)), asked or 0.0)
 
         def stop(state: RetryCallState) -> bool:
             err = state.outcome.exception() if state.outcome else None
@@ -353,7 +360,12 @@ class LLMClient:
                   "endpoint": _public_url(self.base_url)},
         )
         if admission is None:
+            call.budget_wait_since = call.budget_wait_since or time.monotonic()
+            if time.monotonic() - call.budget_wait_since > BUDGET_WAIT_S:
+                raise BudgetExceeded(f"LLM budget: requests in flight have held the rest of llm.budget_usd for "
+                                     f"{BUDGET_WAIT_S:.0f} s (stage {self.stage}); raise llm.budget_usd to continue")
             raise _WaitForBudget()
+        call.budget_wait_since = None
         call.attempts += 1
         if admission.max_tokens < configured:
             log.info("%s: max_tokens lowered to %d so that the requests in flight cannot exceed the budget",
