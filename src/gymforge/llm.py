@@ -171,8 +171,7 @@ def _never_reached(err: BaseException) -> bool:
 def _public_url(url: str) -> str:
     """The endpoint as the ledger records it: without user info (credentials) or query string."""
     parts = urlsplit(url)
-    return urlunsplit((parts.scheme, parts.hostname + (f":{parts.port}" if parts.port else "") if parts.hostname
-                       else parts.netloc, parts.path, "", ""))
+    return urlunsplit((parts.scheme, parts.netloc.rpartition("@")[2], parts.path, "", ""))
 
 
 BUDGET_WAIT_S = 600.0  # longest wait for requests in flight to release the budget an attempt needs
@@ -374,12 +373,9 @@ class LLMClient:
 
     def _book(self, call: _Call, attempt: _Attempt, *, ok: bool, prompt_tokens: int = 0, completion_tokens: int = 0,
               basis: str, err: BaseException | None = None, http_status: int | None = None) -> float:
-        cost = {
-            "usage": lambda: self.endpoint.price.cost(prompt_tokens, completion_tokens),
-            "estimate": lambda: self.endpoint.price.cost(prompt_tokens, completion_tokens),
-            "upper_bound": lambda: attempt.admission.bound_usd,
-            "none": lambda: 0.0,
-        }[basis]()
+        # basis: usage (reported), estimate (usage missing), upper_bound (unknown), none (nothing generated)
+        cost = {"upper_bound": attempt.admission.bound_usd, "none": 0.0}.get(
+            basis, self.endpoint.price.cost(prompt_tokens, completion_tokens))
         self.ledger.settle(attempt.admission.id, {
             "call": call.id, "attempt": attempt.number, "stage": self.stage, "job": _job(),
             "model": self.endpoint.model, "endpoint": _public_url(self.base_url), "ok": ok,
