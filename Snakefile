@@ -12,7 +12,9 @@ report: "report/workflow.rst"
 # Fails here, before any job is scheduled, with the offending key path.
 CFG = validate_config(config)
 # A run killed with kill -9 leaves its lock behind: removed here when no other snakemake runs in this directory.
-clear_stale_locks()
+# Only by the main process: a cluster job's own snakemake (on another node) cannot see the run that holds the lock.
+if workflow.is_main_process:
+    clear_stale_locks()
 
 
 include: "rules/common.smk"
