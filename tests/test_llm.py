@@ -9,14 +9,14 @@ import subprocess
 import sys
 import time
 import types
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from email.utils import format_datetime
 from pathlib import Path
 from typing import Any
 
 import openai
 import pytest
-from loopback import Answer, LoopbackServer, closed_port_url, completion, error_body, loopback  # noqa: F401 (fixture)
+from loopback import Answer, LoopbackServer, closed_port_url, completion, error_body
 from openai.types.chat import ChatCompletionMessageParam
 from pydantic import TypeAdapter
 
@@ -113,10 +113,10 @@ def test_client_errors_raise_at_once(tmp_path: Path, loopback: LoopbackServer, c
 def test_budget_is_used_up_but_never_exceeded(tmp_path: Path, loopback: LoopbackServer, budget: float) -> None:
     # Worst case per call: 100 completion tokens at $10k/Mtok = $1; each actually costs 5 tokens = $0.05.
     price = Price(output_per_mtok=10_000)
-    with client(tmp_path, loopback.url, budget=budget, price=price, max_tokens=100) as llm:
-        with pytest.raises(BudgetExceeded) as info:
-            for i in range(100):
-                llm.chat([{"role": "user", "content": f"q{i}"}])
+    with client(tmp_path, loopback.url, budget=budget, price=price, max_tokens=100) as llm, \
+            pytest.raises(BudgetExceeded) as info:
+        for i in range(100):
+            llm.chat([{"role": "user", "content": f"q{i}"}])
     spent = Ledger(tmp_path / "ledger").spent()
     assert spent == pytest.approx(0.05 * loopback.count) and budget - 0.05 < spent <= budget
     assert f"budget ${budget:.4f}, spent ${spent:.4f}, reserved $0.0000" in str(info.value)
@@ -210,7 +210,7 @@ def test_api_key_is_never_written(tmp_path: Path, loopback: LoopbackServer, capl
 def test_retry_after_formats() -> None:
     assert retry_after_s({"retry-after": "2"}) == 2.0
     assert retry_after_s({"retry-after-ms": "250", "retry-after": "9"}) == 0.25
-    soon = format_datetime(datetime.now(timezone.utc) + timedelta(seconds=30), usegmt=True)
+    soon = format_datetime(datetime.now(UTC) + timedelta(seconds=30), usegmt=True)
     assert 28 <= retry_after_s({"retry-after": soon}) <= 30  # type: ignore[operator]
     assert retry_after_s({"retry-after": "whenever"}) is None and retry_after_s({}) is None
 
@@ -251,7 +251,8 @@ def test_ledger_is_shared_safely_by_processes(tmp_path: Path) -> None:
 
 
 def test_request_of_a_dead_process_is_booked_at_its_bound(tmp_path: Path) -> None:
-    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True)
+    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True,
+                          check=True)
     ledger = Ledger(tmp_path)
     stale = {"usd": 0.5, "bound_usd": 2.0, "stage": "x", "job": "tasks/t0001", "pid": int(dead.stdout),
              "host": socket.gethostname(), "call": "c1", "attempt": 1}
