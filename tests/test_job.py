@@ -16,7 +16,7 @@ from gymforge import atomic
 from gymforge.config import GymforgeConfig
 from gymforge.job import SCRATCH_ENV, attempt_logs, failure_path, scratch_dir
 from gymforge.locks import clear_stale_locks, stale_lock_state
-from gymforge.status import collect
+from gymforge.status import collect, render_table
 
 
 def config(tmp_path: Path, **teacher) -> Path:
@@ -53,7 +53,10 @@ def test_failed_attempt_is_kept_named_and_cleared_by_a_successful_rerun(tmp_path
     assert log.read_text().splitlines()[-1].startswith(line)  # the log ends with the cause, after the traceback
     record = json.loads(failure_path(log).read_text())
     assert (record["job"], record["status"], record["reason_code"]) == ("topics/b0000", "failed", "llm_unavailable")
-    assert collect(tmp_path / "results")["stages"]["topics"]["failed"] == {"llm_unavailable": 1}
+    report = collect(tmp_path / "results")
+    assert report["stages"]["topics"]["failed"] == {"llm_unavailable": 1}
+    assert report["stages"]["topics"]["llm"]["errors"] == {"APIConnectionError": 1}
+    assert "failed (llm_unavailable): 1" in render_table(report)
 
     log.unlink()  # what Snakemake does before it reruns the job
     ok = topics_job(tmp_path, config(tmp_path), *wrapper)
