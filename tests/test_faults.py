@@ -118,7 +118,7 @@ def test_one_invocation_of_tasks_survives_30_percent_faults(tmp_path: Path, teac
         workflow(tmp_path, proxy.url, topics=SMALL_TOPICS)
         proc = snakemake(tmp_path, "tasks")
     assert proc.returncode == 0, proc.stderr[-3000:]
-    assert sum(proxy.injected.values()) >= 4 and len(proxy.injected) >= 3, proxy.injected
+    assert sum(proxy.injected.values()) >= 3 and len(proxy.injected) >= 2, proxy.injected
     assert fingerprint(tmp_path / "results") == clean_tasks
     assert leftovers(tmp_path) == []
     # Every request is in the ledger, and `gymforge status` counts each retry where it happened.

@@ -28,10 +28,11 @@ from gymforge.ledger import Ledger
 pytestmark = pytest.mark.slow
 
 
-def start(workdir: Path) -> subprocess.Popen:
+def start(workdir: Path, stderr: Path | None = None) -> subprocess.Popen:
     # Its own process group, as a terminal's job would be: killpg reaches Snakemake and every job it started.
-    return subprocess.Popen(snakemake_cmd("tasks"), cwd=workdir, env=env(), start_new_session=True,
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    with open(stderr or os.devnull, "w") as err:
+        return subprocess.Popen(snakemake_cmd("tasks"), cwd=workdir, env=env(), start_new_session=True,
+                                stdout=subprocess.DEVNULL, stderr=err)
 
 
 def kill_group(proc: subprocess.Popen) -> None:
@@ -50,16 +51,16 @@ def test_kill_9_at_random_points_then_one_rerun_completes_identically(tmp_path: 
         assert arrived.wait(timeout=300), "the run ended before its request to kill at"
         kill_group(proc)
         assert leftovers(tmp_path), "a kill mid-run leaves a lock (and usually temporaries)"
-        # Second kill: at a random moment of the resumed run.
-        proc = start(tmp_path)
+        # Second kill: at a random moment of the resumed run (which starts by clearing the first kill's lock).
+        proc = start(tmp_path, stderr=tmp_path / "resumed.err")
         try:
             proc.wait(timeout=rng.uniform(3.0, 15.0))
         except subprocess.TimeoutExpired:
             kill_group(proc)
         rerun = snakemake(tmp_path, "tasks")
         sent_to_endpoint = proxy.requests
+    assert "removed a stale Snakemake lock" in (tmp_path / "resumed.err").read_text()
     assert rerun.returncode == 0, rerun.stderr[-3000:]
-    assert "removed a stale Snakemake lock" in rerun.stderr
     assert fingerprint(tmp_path / "results") == clean_tasks
     assert leftovers(tmp_path) == []
     ledger = Ledger(tmp_path / "results" / "llm")
