@@ -88,7 +88,7 @@ def classify(err: BaseException) -> tuple[str, str]:
 def _write_failure(log: Path, code: str, reason: str) -> None:
     from gymforge import atomic
 
-    attempt = os.environ.get(_ATTEMPT_ENV)
+    attempt = os.environ.get(_ATTEMPT_ENV) or None
     atomic.write_json(failure_path(log), {
         "job": job_name(log), "status": "failed", "reason_code": code, "reason": reason, "log": str(log),
         "attempt_log": attempt, "ts": datetime.now(UTC).isoformat(timespec="seconds"),
@@ -102,7 +102,7 @@ def split_log_option(argv: list[str]) -> tuple[list[str], Path | None]:
     return argv, None
 
 
-def _start(log: Path) -> tuple[int, Path]:
+def _start(log: Path) -> tuple[int, Path | None]:
     log.parent.mkdir(parents=True, exist_ok=True)
     previous = attempt_logs(log)
     number = int(_ATTEMPT.search(previous[-1].name).group(1)) + 1 if previous else 1  # type: ignore[union-attr]
@@ -114,7 +114,10 @@ def _start(log: Path) -> tuple[int, Path]:
     terminal = os.dup(2)
     os.set_inheritable(terminal, True)
     fd = os.open(log, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
-    os.link(log, attempt)
+    try:
+        os.link(log, attempt)
+    except OSError:  # a file system without hard links: earlier attempts' logs cannot be kept
+        attempt = None
     os.dup2(fd, 1)
     os.dup2(fd, 2)
     os.close(fd)
@@ -123,7 +126,7 @@ def _start(log: Path) -> tuple[int, Path]:
     shutil.rmtree(scratch, ignore_errors=True)  # what a killed attempt left
     scratch.mkdir(parents=True)
     failure_path(log).unlink(missing_ok=True)
-    os.environ.update({JOB_LOG_ENV: str(log), _ATTEMPT_ENV: str(attempt), SCRATCH_ENV: str(scratch),
+    os.environ.update({JOB_LOG_ENV: str(log), _ATTEMPT_ENV: str(attempt or ""), SCRATCH_ENV: str(scratch),
                        _OWNER_ENV: str(os.getpid()), _TERMINAL_ENV: str(terminal)})
     return terminal, attempt
 
@@ -157,7 +160,8 @@ def running(log: Path | None) -> Iterator[None]:
     if log is not None:
         terminal, attempt = _start(log)
     elif os.environ.get(_OWNER_ENV) == str(os.getpid()):  # the job's own process, after an exec
-        log, attempt = Path(inherited), Path(os.environ[_ATTEMPT_ENV])  # type: ignore[arg-type]
+        log = Path(inherited)  # type: ignore[arg-type]
+        attempt = Path(os.environ[_ATTEMPT_ENV]) if os.environ.get(_ATTEMPT_ENV) else None
         terminal = int(os.environ[_TERMINAL_ENV])
     else:
         terminal = attempt = None
