@@ -75,7 +75,7 @@ def classify(err: BaseException) -> tuple[str, str]:
         return "interrupted", "interrupted (SIGINT)"
     if isinstance(err, SystemExit):
         return ("error", str(err.code)) if isinstance(err.code, str) else ("error", f"exit status {err.code}")
-    text = " ".join(str(err).split()) or type(err).__name__
+    text = _short(" ".join(str(err).split()) or type(err).__name__)
     notes = "; ".join(getattr(err, "__notes__", ()))
     line = f"{type(err).__name__}: {text}" + (f" [{notes}]" if notes else "")
     if isinstance(err, BudgetExceeded):
@@ -83,6 +83,10 @@ def classify(err: BaseException) -> tuple[str, str]:
     if isinstance(err, OpenAIError):
         return ("llm_unavailable" if is_transient(err) else "llm_rejected"), line
     return "crash", line
+
+
+def _short(text: str, limit: int = 500) -> str:
+    return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
 def _write_failure(log: Path, code: str, reason: str) -> None:
