@@ -160,7 +160,9 @@ def _ledger_per_call(results: Path) -> dict[str, tuple[int, int, int]]:
                 e = json.loads(line)
             except ValueError:
                 continue
-            if e.get("cached") or e.get("event") == "sent":  # a `sent` line is followed by its `done` line
+            # Tokens per call of answered calls: a `sent` line is followed by its `done` line, a failed attempt
+            # (retried, or killed in flight) has no usage.
+            if e.get("cached") or e.get("event") == "sent" or e.get("ok") is False:
                 continue
             t = out.setdefault(e.get("stage", "?"), [0, 0, 0])
             t[0] += 1
