@@ -19,6 +19,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import stat
 import subprocess
 import time
 from collections.abc import Iterator
@@ -58,6 +59,10 @@ _DONE = ("after the scorer ends the host writes <run>/.eval/channel/done with Pa
          "the submission planted in the shared 1777 channel directory: a root-owned host file is truncated "
          "(or created) as root")
 _DISK = "Limits.disk_mb caps only the evaluation's snapshot: a session writes 6.3 GB into the workspace"
+_EPISODE_MEMORY = ("the memory limit holds per sandbox run, not per episode: the session holds 700 MiB while the "
+                   "evaluation's submission takes 700 MiB more under a 1024 MiB limit")
+_HUB_PATHS = ("a task with a hub dataset: the session's HF_HOME and HF_DATASETS_CACHE are host paths (the run dir), "
+              "and the links in HF_HOME/datasets name the host's dataset cache")
 _MOUNTINFO = "/proc/self/mountinfo shows the bind mounts' host sources"
 OPEN: dict[tuple[str, str, str], str] = {
     ("shadowed_imports", "lm", "local"): _LAUNCHER,
@@ -71,6 +76,11 @@ OPEN: dict[tuple[str, str, str], str] = {
     ("channel_symlinks", "model", "local"): _DONE,
     ("channel_symlinks", "model", "docker"): _DONE,
     **{("fill_workspace", e, b): _DISK for e in ("csv", "python", "model") for b in BACKENDS},
+    **{("memory_session_and_evaluation", e, b): _EPISODE_MEMORY for e in ("python", "model") for b in BACKENDS},
+    ("setuid_in_workspace", "csv", "docker"): "the docker session runs as root (no user namespace, no nosuid on the "
+    "workspace bind): chmod 6755 on a copy of sh leaves a setuid-root shell at the workspace's host path",
+    ("host_paths_hub_session", "csv", "local"): _HUB_PATHS,
+    ("host_paths_hub_session", "csv", "docker"): _HUB_PATHS,
     ("host_paths_session", "csv", "local"): _MOUNTINFO + " (the venv under the checkout, the workspace's run dir)",
     ("host_paths_session", "csv", "docker"): _MOUNTINFO + " (the workspace's run dir)",
     ("host_paths_evaluation", "python", "local"): _MOUNTINFO + " in the submission's sandbox, and its output is "
@@ -122,7 +132,7 @@ def _lm_unavailable(backend: SandboxBackend, tmp: Path) -> str | None:
         if "NO-TORCHRUN" in r.output:
             _LM_PROBE[backend.name] = f"the {backend.name} sandbox has no torchrun (its image lacks torch)"
         else:
-            r = backend.run_once(ws, ["torchrun", "--nproc_per_node=1", "--standalone", "probe.py"], timeout=25,
+            r = backend.run_once(ws, ["torchrun", "--nproc_per_node=1", "--standalone", "probe.py"], timeout=15,
                                  limits=LIMITS)
             _LM_PROBE[backend.name] = None if "rank 0" in r.output else (
                 f"torchrun --standalone does not start in the {backend.name} sandbox on CPU "
@@ -460,6 +470,19 @@ def test_symlinks_planted_where_the_host_writes(entry_name: str, backend_name: s
         assert_no_leak(ep)
 
 
+@pytest.mark.parametrize("entry_name, backend_name", cases("setuid_in_workspace", ("csv",)))
+def test_no_setuid_root_file_lands_on_the_host(entry_name: str, backend_name: str, backend, tmp_path: Path) -> None:
+    """The session copies a shell and Python into the workspace and sets their setuid and setgid bits: the host
+    path of the workspace must not end up holding a setuid or setgid file owned by root (a root shell for any
+    host user who can reach the run directory). (Session-level: the same for every entrypoint.)"""
+    with episode(entry_name, backend, tmp_path) as ep:
+        ep.sh('cp /bin/sh ./sh; cp "$(command -v python3)" ./py; chmod 6755 ./sh ./py; ls -l sh py')
+        found = [f"{p} (uid {st.st_uid}, mode {oct(st.st_mode)})" for p in ep.env.workspace.rglob("*")
+                 if not p.is_symlink() and (st := p.stat()).st_mode & (stat.S_ISUID | stat.S_ISGID)
+                 and (st.st_uid == 0 or st.st_gid == 0)]
+        assert not found, f"setuid/setgid root files on the host: {found}"
+
+
 # == 5. denial of service: loops, FIFOs, sparse giants, bad ids =====================================================
 
 
@@ -565,7 +588,7 @@ def test_memory_limit_spans_session_and_evaluation(entry_name: str, backend_name
               "time.sleep(30)\" > /dev/null 2>&1 &); for i in $(seq 100); do [ -e holding ] && break; sleep 0.1; done")
         assert (ep.env.workspace / "holding").exists(), "the session could not hold 700 MiB at all"
         outcome = ep.evaluate()
-        alive = ep.sh("pgrep -f \"time.sleep(30)\" >/dev/null && echo HOLDER-ALIVE").output
+        alive = ep.sh("pgrep -f 'time.sleep.30.' >/dev/null && echo HOLDER-ALIVE").output
         assert not ("ALLOCATED" in outcome.seen and "HOLDER-ALIVE" in alive), (
             "the session and the evaluation held 1400 MiB together under a 1024 MiB episode limit")
 
@@ -657,6 +680,19 @@ def test_no_host_path_in_the_session(entry_name: str, backend_name: str, backend
             seen[action] = ep.tool(action)
         leaks = {k: p for k, v in seen.items() for p in host_paths(tmp_path) if p in v}
         assert not leaks, f"host paths seen by the agent: {leaks}"
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("entry_name, backend_name", cases("host_paths_hub_session", ("csv",)))
+def test_no_host_path_in_a_hub_task_session(entry_name: str, backend_name: str, backend, hub_cache: Path,
+                                            tmp_path: Path) -> None:
+    """A task that loads a hub dataset: $HF_HOME, env, and the links in HF_HOME/datasets show no host path (the run
+    directory, the dataset cache). (Session-level: the same for every entrypoint.)"""
+    task_yaml, root = with_hub_dataset(ENTRIES[entry_name], tmp_path / "variant", "sklearn/iris")
+    with episode(entry_name, backend, tmp_path, task_yaml=task_yaml, root=root, dataset_cache=hub_cache) as ep:
+        out = ep.sh('echo "$HF_HOME $HF_DATASETS_CACHE"; env; ls -la "$HF_HOME/datasets"').output
+        leaks = [p for p in [*host_paths(tmp_path), str(hub_cache)] if p in out]
+        assert not leaks, f"host paths seen by the agent: {leaks}: {out[-500:]}"
 
 
 @pytest.mark.parametrize("entry_name, backend_name", cases("host_paths_evaluation"))
