@@ -501,7 +501,13 @@ def test_symlink_loops_fifos_and_odd_files_are_observations(entry_name: str, bac
                        "find_file x", "search_dir x loop", "find_file x a", "goto 1", "open opened.txt"]:
             obs = ep.tool(action)
             assert isinstance(obs, str) and obs, action
-        ep.sh("rm opened.txt; ln -s opened.txt opened.txt")
+        ep.sh("truncate -s 20G huge.txt; head -c 15000000 /dev/zero | tr '\\0' '\\n' > lines.txt")
+        for action in ["open huge.txt", "search_file x huge.txt", "search_dir x", "find_file huge.txt",
+                       "open lines.txt 7000000", "search_file x lines.txt"]:
+            t0 = time.monotonic()
+            assert isinstance(ep.tool(action), str), action
+            assert time.monotonic() - t0 < 20, f"{action} took {time.monotonic() - t0:.0f} s"
+        ep.sh("rm -f huge.txt lines.txt opened.txt; ln -s opened.txt opened.txt")
         for action in ["edit 1:1\nx\nend_of_edit", "insert 0\nx\nend_of_insert", "scroll_down", "goto 1"]:
             assert isinstance(ep.tool(action), str), action
         artefact = {"csv": "submission.csv", "python": "coloring.py", "model": "config.yaml", "lm": "lm.py"}[entry_name]
@@ -759,3 +765,5 @@ def test_replayed_attack_episode(entry_name: str, backend_name: str, backend, ho
     for marker in answer_markers(entry):
         assert marker not in text, f"held-out data in the trajectory: {marker[:60]!r}"
     assert canaries.token not in text and not canaries.changes(), canaries.changes()
+    assert info.get("flags"), "the attack episode (shadow modules, a submission reading /proc) was not flagged"
+    assert info.get("confinement"), "the trajectory does not record the confinement it ran under"
