@@ -666,6 +666,11 @@ def test_weak_confinement_is_refused_unless_allowed(entry_name: str, backend_nam
         finally:
             ep.close()
     assert not ran, f"untrusted code ran with weak confinement {ran} although it was not allowed"
+    assert any("allow_weak_confinement" in r or "bubblewrap" in r for r in refused), refused  # says how to proceed
+    allowed = get_sandbox("local", confinement="none", allow_weak_confinement=True)  # the explicit opt-in still works
+    ws = tmp_path / "allowed"
+    ws.mkdir()
+    assert allowed.run_once(ws, ["true"], timeout=30, limits=LIMITS).exit_code == 0
 
 
 # == 8. host paths in what the agent sees ===============================================================================
