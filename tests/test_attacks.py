@@ -51,6 +51,8 @@ CODE = tuple(P.CODE_ENTRIES)  # entrypoints whose evaluation runs submitted code
 _LAUNCHER = ("the LM scorer's launcher `python -m torch.distributed.run` runs with cwd /workspace (the agent's whole "
              "snapshot) first on sys.path: a workspace torch/ (or argparse.py, json.py) runs in the scorer's sandbox "
              "before torchrun, writes /gymforge-out/stdout and status.json and exits 0: val_loss 0.0")
+_STATUS = ("the same launcher import reads /answers/heldout.txt in the scorer's sandbox and writes it as the `error` "
+           "of /gymforge-out/status.json: the agent is shown 'the evaluation of /workspace failed (<answers>)'")
 _RNG = ("gymforge_eval adopts the generator state the submission sends back with each reply (random.setstate, "
         "np.random.set_state): a submission that reseeds knows the scorer's next draws: accuracy 1.0 on fair coins")
 _INPUTS = ("a failed evaluation shows the agent its code's output, and the scorer passes the held-out graphs to "
@@ -67,6 +69,8 @@ _MOUNTINFO = "/proc/self/mountinfo shows the bind mounts' host sources"
 OPEN: dict[tuple[str, str, str], str] = {
     ("shadowed_imports", "lm", "local"): _LAUNCHER,
     ("shadowed_imports", "lm", "docker"): _LAUNCHER + " (docker: python -m torch... imports the workspace's torch/)",
+    ("forged_status", "lm", "local"): _STATUS,
+    ("forged_status", "lm", "docker"): _STATUS,
     ("random_state", "python", "local"): _RNG,
     ("random_state", "python", "docker"): _RNG,
     ("heldout_inputs_leak", "python", "local"): _INPUTS,
@@ -142,7 +146,7 @@ def _lm_unavailable(backend: SandboxBackend, tmp: Path) -> str | None:
 
 # Where torchrun cannot run at all, an LM evaluation can only fail (after training_timeout): the attacks that
 # could still counterfeit a score (code that runs before or instead of torchrun) run anyway, the rest skip.
-LM_WITHOUT_TORCHRUN = {"test_shadowed_imports"}
+LM_WITHOUT_TORCHRUN = {"test_shadowed_imports", "test_forged_status_shows_the_answers"}
 
 
 @contextmanager
@@ -346,6 +350,17 @@ def test_failing_evaluation_prints_the_answers(entry_name: str, backend_name: st
             assert_honest(ep.evaluate(), honest)
             assert_no_leak(ep)
         plant(ep, P.crashing_shadow(ep.entry, secrets_path(ep)))
+        assert_honest(ep.evaluate(), honest)
+        assert_no_leak(ep)
+
+
+@pytest.mark.parametrize("entry_name, backend_name", cases("forged_status"))
+def test_forged_status_shows_the_answers(entry_name: str, backend_name: str, backend, honest, tmp_path: Path) -> None:
+    """Shadow modules that, wherever they get to run next to the answers, write the answers into the scorer's
+    status record (whose error field the agent is shown) and exit."""
+    with episode(entry_name, backend, tmp_path) as ep:
+        ep.make_honest()
+        plant(ep, P.status_shadow(ep.entry, secrets_path(ep)))
         assert_honest(ep.evaluate(), honest)
         assert_no_leak(ep)
 

