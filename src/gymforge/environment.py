@@ -333,6 +333,7 @@ class TaskEnvironment:
             _remove(d)
         self.workspace.mkdir(parents=True)
         withheld = {(self.root / p).resolve() for p in self.task.secret_files}
+        self._refuse_symlinks()
         if self.has_secrets:
             self.secrets_dir.mkdir()
             self._store_secrets()
@@ -351,6 +352,19 @@ class TaskEnvironment:
             make_readable(self.secrets_dir)
         self.install_s = round(time.monotonic() - t0, 4)
         return self.workspace
+
+    def _refuse_symlinks(self) -> None:
+        """A task's files must be its own: a symlink in its source tree could bring any host file into the
+        workspace (or the answers into a sandbox that must not have them)."""
+        sources = [*self._layout().values(), *self.task.secret_files]
+        for rel in sources:
+            path = self.root / rel
+            found = [path] if path.is_symlink() else []
+            if path.is_dir() and not path.is_symlink():
+                found += [p for p in path.rglob("*") if p.is_symlink()]
+            if found:
+                raise InstallError(f"{self.task_yaml}: {found[0]} is a symlink; a task's files must be regular files "
+                                   "and directories")
 
     def _mount_hub_datasets(self) -> None:
         hub_ids = [d.data_path for d in self.datasets if not d.is_local]
@@ -455,7 +469,7 @@ class TaskEnvironment:
                 )
             return "submission.csv"
         if entrypoint == "ModelSubmissionTasks":
-            skip = set(self._data_targets())
+            skip = {"data", *self._data_targets()}
             configs = sorted(
                 (rel for rel, _ in beneath.walk_files(self.workspace)
                  if rel.endswith(".yaml") and not any(rel == t or rel.startswith(t + "/") for t in skip)),
@@ -504,6 +518,7 @@ class TaskEnvironment:
             self._place_pristine(scorer_ws, everything=isolated)
             if serve:
                 self._snapshot(ev / "submission", None, artefact)
+            make_readable(ev)  # the sandboxes' users own nothing here and only read it
             result, metrics_text, status, server = self._score(ev, scorer_ws, artefact, isolated, serve)
         finally:
             _remove(ev)

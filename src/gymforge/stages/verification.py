@@ -69,7 +69,10 @@ def _attempt(cfg: GymforgeConfig, tree: Path, work: Path, hidden, episode_dir: P
     except BaselineFailed as err:
         it.errors.append(f"running the baseline failed: {err}\noutput tail:\n{_tail(err.result.output)}")
     except (SubmissionNotFound, EvaluationFormatError) as err:
-        it.errors.append(f"evaluating the baseline's artefact failed: {err}")
+        # The task's author sees the evaluation's whole output (the agent never does: it had the answers).
+        detail = getattr(err, "detail", "")
+        it.errors.append(f"evaluating the baseline's artefact failed: {err}"
+                         + (f"\nthe evaluation's output tail:\n{_tail(detail)}" if detail.strip() else ""))
     except (InstallError, TaskUnsupported) as err:
         it.errors.append(f"the task cannot be installed: {err}")
     it.timings_s["baseline"] = round(time.monotonic() - started, 3)
