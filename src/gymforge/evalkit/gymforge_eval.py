@@ -48,7 +48,7 @@ def _connect():
                 s.close()
                 if time.monotonic() > deadline:
                     raise SubmissionError("the submission's sandbox did not start") from None
-                time.sleep(0.05)
+                time.sleep(0.005)
         _conn = s
     return _conn
 

@@ -102,7 +102,7 @@ def _recv_exact(conn, n):
 
 def _watch(done):
     while not os.path.exists(done):
-        time.sleep(0.1)
+        time.sleep(0.02)
     os._exit(0)
 
 
