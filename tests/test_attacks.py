@@ -138,9 +138,11 @@ def _lm_unavailable(backend: SandboxBackend, tmp: Path) -> str | None:
         else:
             r = backend.run_once(ws, ["torchrun", "--nproc_per_node=1", "--standalone", "probe.py"], timeout=15,
                                  limits=LIMITS)
+            why = ("c10d cannot resolve the sandbox's hostname" if "name resolution" in r.output
+                   else " ".join(r.output.split())[-200:])
             _LM_PROBE[backend.name] = None if "rank 0" in r.output else (
                 f"torchrun --standalone does not start in the {backend.name} sandbox on CPU "
-                f"(exit {r.exit_code}, timed out {r.timed_out}): {r.output[-300:]}")
+                f"(exit {r.exit_code}, timed out {r.timed_out}): {why}")
     return _LM_PROBE[backend.name]
 
 
@@ -326,11 +328,16 @@ def test_session_scans_proc_during_the_evaluation(entry_name: str, backend_name:
         ep.make_honest()
         ep.write("scan.py", P.PROC_SCANNER)
         t0 = time.monotonic()
-        ep.sh(f"nohup python scan.py 3 {ep.entry.answers} {secrets_path(ep)} > scan.log 2>&1 &")
+        ep.sh(f"nohup python scan.py 2.5 {ep.entry.answers} {secrets_path(ep)} > scan.log 2>&1 &")
         time.sleep(0.3)
         outcome = ep.evaluate()
-        time.sleep(max(0.0, 3.5 - (time.monotonic() - t0)))
+        time.sleep(max(0.0, 2.6 - (time.monotonic() - t0)))
+        for _ in range(50):
+            if (ep.env.workspace / "scan.log").exists() and (ep.env.workspace / "scan.log").stat().st_size:
+                break
+            time.sleep(0.1)
         log = ep.sh("cat scan.log").output
+        assert "cmdline:" in log, f"the scanner did not run: {log[-300:]!r}"
         assert_honest(outcome, honest)
         assert_no_leak(ep)
         assert "GYMFORGE_SECRETS" not in log, "the evaluation's environment is visible to the session"
@@ -459,8 +466,8 @@ def test_race_evaluation_host_steps(entry_name: str, backend_name: str, backend,
         ep.make_honest()
         if entry_name in CODE:
             submit_code(ep, "race_reader")
-        _start_swapper(ep, 4, files=300)
-        end = time.time() + 3
+        _start_swapper(ep, 3, files=300)
+        end = time.time() + 2
         outcomes = []
         while time.time() < end:
             outcomes.append(ep.evaluate())

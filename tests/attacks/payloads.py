@@ -531,10 +531,10 @@ for i in range(n):
         try:
             block = b"x" * (mb << 20)
             open(f"/tmp/held{i}", "w").close()
-            time.sleep(4)
+            time.sleep(3)
         finally:
             os._exit(0)
-time.sleep(2.5)
+time.sleep(2)
 print("HELD", len([f for f in os.listdir("/tmp") if f.startswith("held")]), flush=True)
 for _ in range(n):
     try:
