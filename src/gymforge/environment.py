@@ -175,6 +175,10 @@ def _remove(path: Path) -> None:
         path.unlink()
 
 
+_ERROR_NAMES = {n for n, v in vars(__import__("builtins")).items() if isinstance(v, type) and issubclass(v, BaseException)}
+_ERROR_NAMES.add("SubmissionError")
+
+
 def _regular(root: Path, rel: str) -> bool:
     try:
         return stat.S_ISREG(beneath.lstat(root, rel).st_mode)
@@ -595,17 +599,23 @@ class TaskEnvironment:
         workdir = self.sandbox.workdir(scorer_ws)
         script = f"{workdir}/{self.task.evaluation_paths[0]}"
         if self.task.task_entrypoint == "LMSubmissionTasks":
-            launcher = ["python", "-m", "torch.distributed.run", f"--nproc_per_node={self.gpus}", "--standalone"]
+            # -I: `-m` would otherwise put the cwd (the agent's files) first on sys.path; the workers torchrun
+            # starts get PYTHONSAFEPATH (-P) from the environment.
+            launcher = ["python", "-I" if isolated else "-P", "-m", "torch.distributed.run",
+                        f"--nproc_per_node={self.gpus}", "--standalone"]
         else:
             launcher = ["python", "-I"] if isolated else ["python"]
         argv = [*launcher, f"{at['kit']}/score.py", at["out"], *flags, *([] if isolated else ["--mlgym"]), script]
         argv += self._argv(workdir, artefact)
         try:
             result = self.sandbox.run_once(scorer_ws, argv, timeout=self.timeout, limits=self.limits, mounts=mounts,
-                                           env=hub_env, read_only=isolated)
+                                           env={**hub_env, "PYTHONSAFEPATH": "1"}, read_only=isolated)
         finally:
             if thread is not None:
-                (ev / "channel" / "done").write_text("")
+                try:  # the submission shares this directory: never through a link it planted
+                    beneath.write_bytes(ev / "channel", "done", b"", create=True)
+                except OSError:
+                    pass  # it sabotaged its own shutdown: its sandbox ends at the timeout
                 thread.join()
         metrics, status = _read_out(out)
         return result, metrics, status, (server[0] if server else None)
@@ -636,10 +646,13 @@ class TaskEnvironment:
         elif result.limit:
             what = f"the evaluation was stopped by a sandbox limit ({result.limit})"
         else:
-            error = (status or {}).get("error") or f"exit status {result.exit_code}"
+            error = (status or {}).get("error")
+            # A class name, never a message; and only a known one (a name can carry data too).
+            error = error if error in _ERROR_NAMES else ("an exception" if error else f"exit status {result.exit_code}")
             what = f"the evaluation of {shown} failed ({error})"
         message = what
-        if server is not None and server.output.strip():
+        if server is not None and server.output.strip() and not self.has_secrets:
+            # Only without held-out inputs: the scorer hands them to the submission, which could print them.
             message += f"; output of your code during the evaluation:\n{_excerpt(server.output)}"
         elif not self.has_secrets and not self.isolated:
             message += f"; output tail (stdout and stderr):\n{_excerpt(result.output)}"

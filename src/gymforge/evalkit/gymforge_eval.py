@@ -74,15 +74,6 @@ def _ask(request):
     reply = json.loads(_recv_exact(s, size))  # JSON only: nothing the submission sends can run here
     if not isinstance(reply, dict):
         raise SubmissionError("malformed reply from the submission's sandbox")
-    try:
-        if "random" in reply:
-            version, internal, gauss = reply["random"]
-            random.setstate((int(version), tuple(int(x) for x in internal), None if gauss is None else float(gauss)))
-        if "np_random" in reply and (np := sys.modules.get("numpy")) is not None:
-            name, keys, pos, has_gauss, cached = reply["np_random"]
-            np.random.set_state((str(name), np.array(keys, dtype=np.uint32), int(pos), int(has_gauss), float(cached)))
-    except (TypeError, ValueError, OverflowError) as err:
-        raise SubmissionError(f"malformed generator state from the submission's sandbox: {err}") from None
     if "error" in reply:
         raise SubmissionError(str(reply["error"])[:2000])
     if "handle" in reply:
@@ -103,19 +94,19 @@ class _Remote:
         return _ask({"op": "getattr", "handle": self._handle, "name": name})
 
     def __call__(self, *args, **kwargs):
-        # One process under MLGym means one global `random` (and numpy) generator: an evaluation that seeds
-        # it seeds the submission too. The state travels with each call and comes back with the reply.
-        # Only states that differ from what both sides already share are sent.
+        # Under MLGym an evaluation that seeds the global `random` (or numpy) generator seeds the submission
+        # too. So a state the scorer set since the last call goes with the call; otherwise the submission
+        # goes on with its own stream. Nothing comes back: the submission never sets the scorer's generators.
         request = {"op": "call", "handle": self._handle, "args": args, "kwargs": kwargs}
         if (state := random.getstate()) != _shared.get("random"):
-            request["random"] = state
+            request["random"] = _shared["random"] = state
         np = sys.modules.get("numpy")
         if np is not None:
-            request["np_random"] = np.random.get_state()
-        try:
-            return _ask(request)
-        finally:
-            _shared["random"] = random.getstate()
+            np_state = np.random.get_state()
+            key = (np_state[1].tobytes(), np_state[2:])
+            if key != _shared.get("np_random"):
+                request["np_random"], _shared["np_random"] = np_state, key
+        return _ask(request)
 
 
 def import_submission(module):

@@ -20,11 +20,13 @@ import logging
 import re
 import secrets
 import shlex
+import threading
 import time
 from pathlib import Path
 from typing import Callable, Protocol
 
 from .base import ExecResult, LimitWatch, OutputBuffer, SandboxError, Session
+from .base import tree_bytes as base_tree_bytes
 
 log = logging.getLogger(__name__)
 
@@ -113,6 +115,28 @@ class ShellSession(Session):
         self._pid = 0
         self._closed = False
         self._start()
+        self._stop = threading.Event()
+        self._busy = False  # a command runs: its own checks apply
+        self._pending_limit: str | None = None
+        if watch is not None:
+            threading.Thread(target=self._guard_disk, daemon=True).start()
+
+    def _guard_disk(self) -> None:
+        """Between commands too: a background process that keeps filling the workspace past its cap is killed
+        (every process but the shell); the next command's result names the limit."""
+        assert self._watch is not None
+        last = base_tree_bytes(self.workspace)
+        while not self._stop.wait(LimitWatch.INTERVAL_S * 2):
+            size = base_tree_bytes(self.workspace)
+            over = size > self._watch.limits.disk_mb << 20 and size > last
+            last = size
+            if over and self._chan is not None and not self._busy:
+                try:
+                    self._chan.interrupt(self._pid)
+                except (OSError, ValueError):
+                    continue
+                self._pending_limit = (f"disk: the workspace holds more than {self._watch.limits.disk_mb} MiB; "
+                                       "background processes that kept writing were stopped")
 
     def _start(self) -> None:
         chan = self._spawn()
@@ -150,7 +174,8 @@ class ShellSession(Session):
         end = self._token + b"-end\n"
         pending = bytearray()
         timed_out = False
-        self._limit = None
+        self._limit, self._pending_limit = self._pending_limit, None
+        self._busy = True
         if self._watch is not None:
             self._watch.start()
         deadline = t0 + timeout
@@ -204,6 +229,7 @@ class ShellSession(Session):
             self._exports = exports
 
     def _result(self, buf: OutputBuffer, code: int, timed_out: bool, t0: float) -> ExecResult:
+        self._busy = False
         limit = self._limit or (self._watch.after(code) if self._watch is not None else None)
         return ExecResult(
             output=buf.text(), exit_code=code, timed_out=timed_out and self._limit is None,
@@ -219,5 +245,6 @@ class ShellSession(Session):
         if self._closed:
             return
         self._closed = True
+        self._stop.set()
         self._drop()
         self._on_close()
