@@ -276,8 +276,9 @@ class LimitWatch:
 
     INTERVAL_S = 2.0
 
-    def __init__(self, workspace: Path, limits: Limits, group: Any = None) -> None:
+    def __init__(self, workspace: Path, limits: Limits, group: Any = None, strip_setid: bool = False) -> None:
         self.workspace, self.limits, self.group = workspace, limits, group
+        self.strip_setid = strip_setid  # docker: code runs as root there and could leave setuid-root files
         self._next = 0.0
         self._before = 0
 
@@ -300,6 +301,8 @@ class LimitWatch:
         return None
 
     def after(self, exit_code: int) -> str | None:
+        if self.strip_setid:
+            beneath.strip_setid(self.workspace)
         if self.group is not None and (hit := self.group.limit_hit()):
             return hit
         if exit_code == 128 + signal.SIGXCPU:

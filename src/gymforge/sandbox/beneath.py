@@ -336,3 +336,27 @@ def remove_entries(root: Path, rels: list[str]) -> None:
                     os.unlink(name, dir_fd=dfd)
         except OSError:
             continue
+
+
+def strip_setid(root: Path) -> int:
+    """Clear set-user-ID and set-group-ID bits beneath `root` (by fd, links never followed); returns how many
+    files had them. For trees that code running as root in a container could mark setuid-root."""
+    found = 0
+    top = open_root(root)
+    try:
+        for _, _, filenames, dfd in os.fwalk(".", dir_fd=top, follow_symlinks=False):
+            for name in filenames:
+                try:
+                    st = os.stat(name, dir_fd=dfd, follow_symlinks=False)
+                    if stat.S_ISREG(st.st_mode) and st.st_mode & (stat.S_ISUID | stat.S_ISGID):
+                        fd = os.open(name, os.O_RDONLY | _NOFOLLOW, dir_fd=dfd)
+                        try:
+                            os.fchmod(fd, stat.S_IMODE(os.fstat(fd).st_mode) & ~(stat.S_ISUID | stat.S_ISGID))
+                            found += 1
+                        finally:
+                            os.close(fd)
+                except OSError:
+                    continue
+    finally:
+        os.close(top)
+    return found

@@ -231,7 +231,7 @@ class DockerBackend:
             keeper = int(r.output.split()[0])
             return ShellSession(
                 ws, WORKDIR, lambda: _ExecChannel(container, self.user, keeper), self.max_output, close,
-                watch=LimitWatch(ws, limits), confinement="docker",
+                watch=LimitWatch(ws, limits, strip_setid=True), confinement="docker",
             )
         except BaseException:
             close()
@@ -270,7 +270,7 @@ class DockerBackend:
             if container.attrs["State"].get("OOMKilled"):
                 buf.add(f"\n[killed: out of memory ({limits.memory_mb} MB)]\n".encode())
                 limit = f"memory: {limits.memory_mb} MiB for the whole sandbox (a process was killed)"
-            limit = limit or LimitWatch(ws, limits).after(code)
+            limit = limit or LimitWatch(ws, limits, strip_setid=True).after(code)
         finally:
             if container is not None:
                 container.remove(force=True)
