@@ -28,6 +28,7 @@ run: setup
 	$(BIN)/gymforge status
 
 test: setup
+	$(BIN)/ruff check src tests bench
 	$(BIN)/pytest -q -ra; rc=$$?; [ $$rc -eq 5 ] && { echo "no tests collected"; exit 0; }; exit $$rc
 
 schemas: $(BIN)/gymforge

@@ -151,7 +151,9 @@ def _scores(results: Path) -> StageStatus:
 def collect(results: Path) -> dict:
     results = Path(results)
     n = _planned_slots(results)
-    in_plan = lambda item: int(item[1:]) < n
+
+    def in_plan(item: str) -> bool:
+        return int(item[1:]) < n
 
     batches = _read((results / "topics" / "batches").glob("b*.json"), TopicBatch)
     slots = [s for b in batches for s in b.slots if in_plan(s.item)]
