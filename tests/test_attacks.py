@@ -48,49 +48,20 @@ ALL = tuple(ENTRIES)
 CODE = tuple(P.CODE_ENTRIES)  # entrypoints whose evaluation runs submitted code
 
 # Attacks that still succeed against the current code: (test, entrypoint, backend) -> what leaks.
-_LAUNCHER = ("the LM scorer's launcher `python -m torch.distributed.run` runs with cwd /workspace (the agent's whole "
-             "snapshot) first on sys.path: a workspace torch/ (or argparse.py, json.py) runs in the scorer's sandbox "
-             "before torchrun, writes /gymforge-out/stdout and status.json and exits 0: val_loss 0.0")
-_STATUS = ("the same launcher import reads /answers/heldout.txt in the scorer's sandbox and writes it as the `error` "
-           "of /gymforge-out/status.json: the agent is shown 'the evaluation of /workspace failed (<answers>)'")
-_RNG = ("gymforge_eval adopts the generator state the submission sends back with each reply (random.setstate, "
-        "np.random.set_state): a submission that reseeds knows the scorer's next draws: accuracy 1.0 on fair coins")
-_INPUTS = ("a failed evaluation shows the agent its code's output, and the scorer passes the held-out graphs to "
-           "color_graph: print the arguments, raise on the 3rd call, and test_graphs.json is in the observation")
-_DONE = ("after the scorer ends the host writes <run>/.eval/channel/done with Path.write_text, following a symlink "
-         "the submission planted in the shared 1777 channel directory: a root-owned host file is truncated "
-         "(or created) as root")
-_DISK = "Limits.disk_mb caps only the evaluation's snapshot: a session writes 6.3 GB into the workspace"
+_DISK = ("the workspace cap (Limits.disk_mb) is a poll every 2 s: fallocate puts 6.3 GB (any amount up to the host's "
+         "free disk) into the workspace before the first look, and the files stay")
 _EPISODE_MEMORY = ("the memory limit holds per sandbox run, not per episode: the session holds 700 MiB while the "
                    "evaluation's submission takes 700 MiB more under a 1024 MiB limit")
 _HUB_PATHS = ("a task with a hub dataset: the session's HF_HOME and HF_DATASETS_CACHE are host paths (the run dir), "
               "and the links in HF_HOME/datasets name the host's dataset cache")
 _MOUNTINFO = "/proc/self/mountinfo shows the bind mounts' host sources"
 OPEN: dict[tuple[str, str, str], str] = {
-    ("shadowed_imports", "lm", "local"): _LAUNCHER,
-    ("shadowed_imports", "lm", "docker"): _LAUNCHER + " (docker: python -m torch... imports the workspace's torch/)",
-    ("forged_status", "lm", "local"): _STATUS,
-    ("forged_status", "lm", "docker"): _STATUS,
-    ("random_state", "python", "local"): _RNG,
-    ("random_state", "python", "docker"): _RNG,
-    ("heldout_inputs_leak", "python", "local"): _INPUTS,
-    ("heldout_inputs_leak", "python", "docker"): _INPUTS,
-    ("channel_symlinks", "python", "local"): _DONE,
-    ("channel_symlinks", "python", "docker"): _DONE,
-    ("channel_symlinks", "model", "local"): _DONE,
-    ("channel_symlinks", "model", "docker"): _DONE,
     **{("fill_workspace", e, b): _DISK for e in ("csv", "python", "model") for b in BACKENDS},
     **{("memory_session_and_evaluation", e, b): _EPISODE_MEMORY for e in ("python", "model") for b in BACKENDS},
-    ("setuid_in_workspace", "csv", "docker"): "the docker session runs as root (no user namespace, no nosuid on the "
-    "workspace bind): chmod 6755 on a copy of sh leaves a setuid-root shell at the workspace's host path",
     ("host_paths_hub_session", "csv", "local"): _HUB_PATHS,
     ("host_paths_hub_session", "csv", "docker"): _HUB_PATHS,
     ("host_paths_session", "csv", "local"): _MOUNTINFO + " (the venv under the checkout, the workspace's run dir)",
     ("host_paths_session", "csv", "docker"): _MOUNTINFO + " (the workspace's run dir)",
-    ("host_paths_evaluation", "python", "local"): _MOUNTINFO + " in the submission's sandbox, and its output is "
-    "shown on failure (run dir .eval/submission, the venv, src/gymforge/evalkit)",
-    ("host_paths_evaluation", "model", "local"): _MOUNTINFO + " in the submission's sandbox, and its output is "
-    "shown on failure (run dir .eval/submission, the venv, src/gymforge/evalkit)",
 }
 
 
@@ -606,9 +577,11 @@ def test_memory_limit_holds_across_processes(entry_name: str, backend_name: str,
 
 @pytest.mark.slow
 @pytest.mark.parametrize("entry_name, backend_name", cases("memory_session_and_evaluation", ("python", "model")))
-def test_memory_limit_spans_session_and_evaluation(entry_name: str, backend_name: str, backend, tmp_path: Path) -> None:
+def test_memory_limit_spans_session_and_evaluation(entry_name: str, backend_name: str, backend, honest,
+                                                   tmp_path: Path) -> None:
     """The session holds 700 MiB in the background while the evaluation's submission takes another 700 MiB, under
-    a 1 GiB limit per episode: both must not hold at once."""
+    a 1 GiB limit per episode: both must not hold at once. (The submission scores honestly only when its
+    allocation succeeded, so the score tells, whatever the agent is shown of its output.)"""
     with episode(entry_name, backend, tmp_path, limits=_limits()) as ep:
         ep.make_honest()
         submit_code(ep, "alloc")
@@ -617,7 +590,7 @@ def test_memory_limit_spans_session_and_evaluation(entry_name: str, backend_name
         assert (ep.env.workspace / "holding").exists(), "the session could not hold 700 MiB at all"
         outcome = ep.evaluate()
         alive = ep.sh("pgrep -f 'time.sleep.30.' >/dev/null && echo HOLDER-ALIVE").output
-        assert not ("ALLOCATED" in outcome.seen and "HOLDER-ALIVE" in alive), (
+        assert not (outcome.metrics == honest and "HOLDER-ALIVE" in alive), (
             "the session and the evaluation held 1400 MiB together under a 1024 MiB episode limit")
 
 

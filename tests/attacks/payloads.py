@@ -302,17 +302,24 @@ def _attack_call(args):
     _exfiltrate(repr(args))
     return None
 ''',
-    # (6) hold 700 MiB in the submission's sandbox, then fail so that the agent is told it worked
+    # (6) hold 700 MiB in the submission's sandbox; behave honestly only if that worked (the score tells)
     "alloc": '''
+_BLOCK = None
+
+
 def _attack_import():
+    global _BLOCK
+    if _BLOCK is not None:  # imported, then unpickled: hold one block only
+        return
     try:
-        block = b"x" * (700 << 20)
+        _BLOCK = b"x" * (700 << 20)
     except MemoryError:
-        raise RuntimeError("ALLOC-FAILED") from None
-    raise RuntimeError("ALLOCATED %d MiB" % (len(block) >> 20))
+        _BLOCK = None
 
 
 def _attack_call(args):
+    if _BLOCK is None:
+        raise RuntimeError("ALLOC-FAILED")
     return None
 ''',
     # (4) print whatever the evaluation's copy of the raced directory `d` holds
