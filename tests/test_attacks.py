@@ -57,7 +57,7 @@ _HUB_PATHS = ("a task with a hub dataset: the session's HF_HOME and HF_DATASETS_
 _MOUNTINFO = "/proc/self/mountinfo shows the bind mounts' host sources"
 OPEN: dict[tuple[str, str, str], str] = {
     **{("fill_workspace", e, b): _DISK for e in ("csv", "python", "model") for b in BACKENDS},
-    **{("memory_session_and_evaluation", e, b): _EPISODE_MEMORY for e in ("python", "model") for b in BACKENDS},
+    **{("memory_session_and_evaluation", e, "docker"): _EPISODE_MEMORY for e in ("python", "model")},
     ("host_paths_hub_session", "csv", "local"): _HUB_PATHS,
     ("host_paths_hub_session", "csv", "docker"): _HUB_PATHS,
     ("host_paths_session", "csv", "local"): _MOUNTINFO + " (the venv under the checkout, the workspace's run dir)",

@@ -257,8 +257,7 @@ class TaskEnvironment:
         self._hub_mounts: list[Mount] = []
         self.run_env: dict[str, str] = {}  # what every run and session gets on top of the sandbox's own environment
         self.last_evaluation: ExecResult | None = None
-        self._scorer_env: dict[str, str] = {}
-        self._submission_env: dict[str, str] = {}
+        self._session: Session | None = None  # the episode's open session: its limits bound the submission too
         self.install_s: float | None = None
         self.workdir = sandbox.workdir(self.workspace)
 
@@ -428,7 +427,8 @@ class TaskEnvironment:
 
     def open_session(self) -> Session:
         """The agent's persistent shell on the workspace: data and evaluation read-only, no secrets."""
-        return self.sandbox.open(self.workspace, limits=self.limits, mounts=self.mounts, env=self.run_env)
+        self._session = self.sandbox.open(self.workspace, limits=self.limits, mounts=self.mounts, env=self.run_env)
+        return self._session
 
     def _script(self, rel: str) -> str:
         return f"{self.workdir}/{rel}"
@@ -628,8 +628,9 @@ class TaskEnvironment:
         mounts = [*data, *hub, Mount(host=EVALKIT, target=at["kit"]),
                   Mount(host=channel, target=at["channel"], read_only=False)]
         argv = ["python", "-I", f"{at['kit']}/serve.py", at["channel"]]
+        session = self._session if self._session is not None and not getattr(self._session, "_closed", True) else None
         sink.append(self.sandbox.run_once(ws, argv, timeout=self.timeout, limits=self.limits, mounts=mounts,
-                                          env=hub_env, read_only=True))
+                                          env=hub_env, read_only=True, within=session))
 
     def _private_hub(self, home: Path) -> tuple[list[Mount], dict[str, str]]:
         """The hub datasets again, with an HF_HOME of this sandbox's own (never the session's writable one)."""

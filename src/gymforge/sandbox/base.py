@@ -119,9 +119,11 @@ class SandboxBackend(Protocol):
         mounts: list[Mount] = [],
         env: dict[str, str] = {},
         read_only: bool = False,
+        within: Session | None = None,
     ) -> ExecResult:
         """Run `argv` with the workspace as cwd (writable unless `read_only`); everything it started is gone
-        when this returns."""
+        when this returns. `within`: an open session whose memory and task limits this run shares (an
+        episode's limit then bounds its evaluation's submission too), where the backend can nest them."""
         ...
 
 

@@ -99,9 +99,13 @@ def _v2(d: Path) -> bool:
 class SandboxGroup:
     """The memory and pids groups of one sandbox; `limit_hit()` names the limit a command ran into."""
 
-    def __init__(self, memory_mb: int, max_pids: int) -> None:
+    def __init__(self, memory_mb: int, max_pids: int, parent: SandboxGroup | None = None) -> None:
+        """`parent`: a group this one lives in, whose limits then bound both together (an evaluation's
+        submission inside its episode's session)."""
         layout = _layout()
         assert layout is not None, "check cgroups.available() first"
+        if parent is not None:
+            layout = {"memory": parent.memory, "pids": parent.pids}
         name = f"gymforge-{os.getpid()}-{secrets.token_hex(4)}"
         self.memory_mb, self.max_pids = memory_mb, max_pids
         self.dirs: list[Path] = []

@@ -247,7 +247,9 @@ class DockerBackend:
         mounts: list[Mount] = [],
         env: dict[str, str] = {},
         read_only: bool = False,
+        within: Session | None = None,
     ) -> ExecResult:
+        """`within` is not supported here: a container's limits are its own."""
         import requests
 
         ws = _workspace(workspace)

@@ -402,7 +402,8 @@ class LocalBackend:
         return WORKDIR if self.confinement == "bwrap" else str(workspace.resolve())
 
     def _prepare(
-        self, workspace: Path, limits: Limits, mounts: list[Mount], env: dict[str, str], ws_read_only: bool = False
+        self, workspace: Path, limits: Limits, mounts: list[Mount], env: dict[str, str], ws_read_only: bool = False,
+        within: Session | None = None,
     ) -> tuple[Path, list[str], dict[str, str], Callable[[], None], LimitWatch]:
         """The argv prefix and environment of one sandbox, its limit watch and the cleanup to run when it is gone."""
         ws = workspace.resolve()
@@ -440,7 +441,8 @@ class LocalBackend:
         prefix += ["bash", "--noprofile", "--norc", "-c", f"{ulimit} && {run}", "gymforge-sandbox"]
         group = None
         if cgroups.available():
-            group = cgroups.SandboxGroup(limits.memory_mb, limits.max_processes)
+            parent = getattr(getattr(within, "_watch", None), "group", None) if within is not None else None
+            group = cgroups.SandboxGroup(limits.memory_mb, limits.max_processes, parent)
             prefix = group.wrap(prefix)
             cleanup = _then(cleanup, group.remove)
         return ws, prefix, full_env, cleanup, LimitWatch(ws, limits, group)
@@ -469,8 +471,9 @@ class LocalBackend:
         mounts: list[Mount] = [],
         env: dict[str, str] = {},
         read_only: bool = False,
+        within: Session | None = None,
     ) -> ExecResult:
-        ws, prefix, full_env, cleanup, watch = self._prepare(workspace, limits, mounts, env, read_only)
+        ws, prefix, full_env, cleanup, watch = self._prepare(workspace, limits, mounts, env, read_only, within)
         t0 = time.monotonic()
         buf = OutputBuffer(self.max_output)
         limit = None
