@@ -52,14 +52,10 @@ _DISK = ("the workspace cap (Limits.disk_mb) is a poll every 2 s: fallocate puts
          "free disk) into the workspace before the first look, and the files stay")
 _EPISODE_MEMORY = ("the memory limit holds per sandbox run, not per episode: the session holds 700 MiB while the "
                    "evaluation's submission takes 700 MiB more under a 1024 MiB limit")
-_HUB_PATHS = ("a task with a hub dataset: the session's HF_HOME and HF_DATASETS_CACHE are host paths (the run dir), "
-              "and the links in HF_HOME/datasets name the host's dataset cache")
 _MOUNTINFO = "/proc/self/mountinfo shows the bind mounts' host sources"
 OPEN: dict[tuple[str, str, str], str] = {
     **{("fill_workspace", e, b): _DISK for e in ("csv", "python", "model") for b in BACKENDS},
     **{("memory_session_and_evaluation", e, "docker"): _EPISODE_MEMORY for e in ("python", "model")},
-    ("host_paths_hub_session", "csv", "local"): _HUB_PATHS,
-    ("host_paths_hub_session", "csv", "docker"): _HUB_PATHS,
     ("host_paths_session", "csv", "local"): _MOUNTINFO + " (the venv under the checkout, the workspace's run dir)",
     ("host_paths_session", "csv", "docker"): _MOUNTINFO + " (the workspace's run dir)",
 }

@@ -193,7 +193,9 @@ def test_offline_dataset_loads_by_id_in_a_sandbox_from_the_read_only_cache(iris_
     if backend.confinement == "bwrap":
         entry = (iris_cache / "sklearn--iris").resolve()
         mounts, env = pf.sandbox_view(iris_cache, ["sklearn/iris"], tmp_path / "run" / "hf-home")
-        r = backend.run_once(tmp_path / "run" / "ws", ["bash", "-c", f"touch {entry}/x; rm -rf {entry}/datasets"],
+        shown = mounts[0].target  # a fixed path in the sandbox: no host path reaches it
+        assert shown == "/hf-datasets/sklearn--iris" and env["HF_HOME"] == "/hf-home"
+        r = backend.run_once(tmp_path / "run" / "ws", ["bash", "-c", f"touch {shown}/x; rm -rf {shown}/datasets"],
                              timeout=30, limits=Limits(), mounts=mounts, env=env)
         assert r.exit_code != 0 and "Read-only file system" in r.output
         assert (entry / "datasets" / "sklearn___iris").is_dir()
@@ -202,7 +204,7 @@ def test_offline_dataset_loads_by_id_in_a_sandbox_from_the_read_only_cache(iris_
 def test_huggingface_dataset_loads_offline_in_a_subprocess(hf_cache: Path, tmp_path: Path) -> None:
     manifest = pf.read_manifest(hf_cache, TINY_ID)
     assert manifest.hub == "huggingface" and manifest.splits == {"train": 10, "test": 4}
-    mounts, env = pf.sandbox_view(hf_cache, [TINY_ID], tmp_path / "hf-home")
+    mounts, env = pf.sandbox_view(hf_cache, [TINY_ID], tmp_path / "hf-home", fixed=False)
     # A plain subprocess, offline, with the hub endpoint gone: the cache is all there is.
     env = {**os.environ, **env, "HF_ENDPOINT": "http://127.0.0.1:9"}
     r = subprocess.run([sys.executable, "-c", LOAD.format(id=TINY_ID)], env=env, capture_output=True, text=True,

@@ -376,7 +376,8 @@ class TaskEnvironment:
         from gymforge.hub.prefetch import sandbox_view
 
         try:
-            self._hub_mounts, self.run_env = sandbox_view(self.dataset_cache, hub_ids, self.run_dir / "hf-home")
+            self._hub_mounts, self.run_env = sandbox_view(self.dataset_cache, hub_ids, self.run_dir / "hf-home",
+                                                          fixed=self.workdir == WORKDIR)
         except FileNotFoundError as err:
             raise InstallError(f"{self.task.id}: {err}") from None
 
@@ -639,7 +640,7 @@ class TaskEnvironment:
             return [], {}
         from gymforge.hub.prefetch import sandbox_view
 
-        return sandbox_view(self.dataset_cache, hub_ids, home)
+        return sandbox_view(self.dataset_cache, hub_ids, home, fixed=self.workdir == WORKDIR)
 
     def _failure(self, result: ExecResult, status: dict[str, Any] | None, server: ExecResult | None, shown: str) -> Exception:
         if result.timed_out:

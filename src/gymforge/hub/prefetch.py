@@ -232,12 +232,19 @@ def task_dataset_ids(task_yaml: Path | str, root: Path | str) -> list[str]:
     return list(dict.fromkeys(d.data_path for d in configs if not d.is_local))
 
 
-def sandbox_view(root: Path | str, dataset_ids: list[str], hf_home: Path) -> tuple[list[Mount], dict[str, str]]:
+VIEW_HOME, VIEW_DATASETS = "/hf-home", "/hf-datasets"
+"""Where a sandbox that builds its own view (bwrap, docker) shows the writable HF_HOME and the entries."""
+
+
+def sandbox_view(
+    root: Path | str, dataset_ids: list[str], hf_home: Path, *, fixed: bool = True
+) -> tuple[list[Mount], dict[str, str]]:
     """Mounts and environment under which `load_dataset(id)` reads the fetched copies of `dataset_ids`.
 
     `hf_home` (a host directory, recreated here) becomes the sandbox's writable HF_HOME; each entry is
-    mounted read-only at its own host path, which the symlinks in `hf_home/datasets` point to (the same
-    path in every backend: bwrap, docker, and an unconfined local sandbox that sees the host).
+    mounted read-only, and the symlinks in `hf_home/datasets` point to it. With `fixed` (bwrap, docker)
+    both appear at fixed paths (`/hf-home`, `/hf-datasets/<owner--name>`), so no host path reaches the
+    sandbox; without (an unconfined local sandbox that sees the host) at their host paths.
     """
     from gymforge.sandbox import Mount
 
@@ -255,12 +262,14 @@ def sandbox_view(root: Path | str, dataset_ids: list[str], hf_home: Path) -> tup
     (hf_home / PREPARED).mkdir(parents=True)
     hf_home.chmod(0o755)
     mounts = []
+    home = VIEW_HOME if fixed else str(hf_home)
     for dataset_id in dict.fromkeys(dataset_ids):
         entry = entry_dir(root, dataset_id)
         manifest = read_manifest(root, dataset_id)
-        (hf_home / PREPARED / Path(manifest.path).name).symlink_to(entry / manifest.path)
-        mounts.append(Mount(host=entry, target=str(entry), read_only=True))
-    mounts.append(Mount(host=hf_home, target=str(hf_home), read_only=False))
-    env = {"HF_HOME": str(hf_home), "HF_DATASETS_CACHE": str(hf_home / PREPARED),
+        shown = f"{VIEW_DATASETS}/{entry.name}" if fixed else str(entry)
+        (hf_home / PREPARED / Path(manifest.path).name).symlink_to(f"{shown}/{manifest.path}")
+        mounts.append(Mount(host=entry, target=shown, read_only=True))
+    mounts.append(Mount(host=hf_home, target=home, read_only=False))
+    env = {"HF_HOME": home, "HF_DATASETS_CACHE": f"{home}/{PREPARED}",
            "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1"}
     return mounts, env
