@@ -1,11 +1,15 @@
 # Stages 3.5-3.6: teacher rollouts in shards per topic slot (trivial shards for tasks that were not
 # verified), the student's tokenizer, the filters -> SFT dataset + stats, and the plots.
+from gymforge.importing import extra_source_files
 from gymforge.prompts import templates_dir
 from gymforge.stages.rollouts import shard_ids, shard_rollouts
 
 TRAJ_SHARDS = shard_ids(CFG)
 SHARD_FILES = expand(f"{R}/trajectories/{{slot}}/shard_{{shard}}.json", slot=TOPIC_SLOTS, shard=TRAJ_SHARDS)
 SFT = f"{R}/sft"
+# sft.extra_sources: every file an import reads is an input, so a changed, added or removed trajectory reruns
+# the SFT dataset (a source that does not exist fails here, at parse time).
+EXTRA_SFT_FILES = extra_source_files(CFG.sft.extra_sources)
 
 
 rule rollout_shard:
@@ -54,6 +58,7 @@ rule sft_dataset:
     input:
         shards=SHARD_FILES,
         tokenizer=f"{R}/student/tokenizer",
+        extra=EXTRA_SFT_FILES,
     output:
         jsonl=f"{SFT}/train.jsonl",
         dataset=directory(f"{SFT}/dataset"),
@@ -64,7 +69,7 @@ rule sft_dataset:
     benchmark:
         f"{BENCH}/sft/dataset.tsv"
     params:
-        digest=CFG.digest("filter", "student"),
+        digest=CFG.digest("filter", "student", *(["sft"] if CFG.sft.extra_sources else [])),
     resources:
         mem_mb=4096,
     shell:

@@ -158,7 +158,8 @@ def test_jsonl_dataset_and_stats_agree(tmp_path, tokenizer_dir):
     assert ds.to_list() == rows and len(rows) == stats["kept"] == 3
     row = rows[0]
     assert set(row) == {"id", "messages", "slot", "task", "rollout", "seed", "teacher", "exit_status", "metric",
-                        "score", "scores", "tokens", "turns"}
+                        "score", "scores", "tokens", "turns", "source"}
+    assert json.loads(row["source"]) == {"origin": "rollouts", "format": "gymforge-shard"}
     assert (row["task"], row["seed"], row["metric"], row["score"], row["exit_status"], row["turns"]) == (
         "taskA", 1000, "rmse", 1.0, "submitted", 3)
     assert json.loads(row["scores"]) == [{"rmse": 3.0}, {"rmse": 1.0}]

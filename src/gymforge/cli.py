@@ -91,9 +91,23 @@ def _cmd_sft_dataset(args) -> None:
     cfg = _config(args)
     stats = build_sft(cfg, _sft_shards(cfg), Path(args.tokenizer), jsonl_out=Path(args.jsonl_out),
                       dataset_out=Path(args.dataset_out), rollouts_out=Path(args.rollouts_out),
-                      stats_out=Path(args.stats_out))
+                      stats_out=Path(args.stats_out), extra_sources=cfg.sft.extra_sources)
     print(f"kept {stats['kept']} of {stats['rollouts']} trajectories from {stats['tasks']} tasks; "
           f"discarded {stats['discarded']}")
+
+
+def _cmd_import_trajectories(args) -> None:
+    from gymforge.importing import import_trajectories
+
+    cfg = _config(args)
+    tokenizer = Path(args.tokenizer) if args.tokenizer else cfg.results / "student" / "tokenizer"
+    if not tokenizer.is_dir():
+        raise ConfigError(f"{tokenizer}: no student tokenizer; build it (snakemake --cores 1 {tokenizer}, or "
+                          f"gymforge student-tokenizer --out DIR) or pass --tokenizer DIR")
+    stats = import_trajectories(cfg, [Path(d) for d in args.dirs], tokenizer, Path(args.out))
+    print(f"kept {stats['kept']} of {stats['rollouts']} trajectories from {stats['tasks']} tasks; "
+          f"discarded {stats['discarded']}; {Path(args.out) / 'dataset'} (datasets.load_from_disk), "
+          f"{Path(args.out) / 'stats.json'}")
 
 
 def _cmd_sft_plots(args) -> None:
@@ -344,6 +358,14 @@ def build_parser() -> argparse.ArgumentParser:
     for flag in ("--tokenizer", "--jsonl-out", "--dataset-out", "--rollouts-out", "--stats-out"):
         p.add_argument(flag, required=True)
 
+    p = command("import-trajectories", _cmd_import_trajectories, "SFT examples from MLGym run folders "
+                "(<task>.traj + results.json) or gymforge shards, through the SFT filters")
+    p.add_argument("dirs", nargs="+", metavar="DIR", help="directories (searched recursively) or files")
+    p.add_argument("--out", required=True, help="writes OUT/dataset, OUT/train.jsonl, OUT/rollouts.jsonl, "
+                   "OUT/stats.json")
+    p.add_argument("--tokenizer", default=None, help="the student's tokenizer (default: "
+                   "<results_dir>/student/tokenizer of --config)")
+
     p = command("sft-plots", _cmd_sft_plots, "plots of the trajectory stage (kept per task; Figure-4-style stats)",
                 config=False)
     for flag in ("--stats", "--rollouts", "--kept-out", "--stats-out"):
@@ -471,6 +493,7 @@ def _main(argv: list[str]) -> None:
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     from gymforge.benchmark.suite import BenchmarkError
     from gymforge.environment import BaselineFailed, InstallError, TaskUnsupported
+    from gymforge.importing import TrajectoryImportError
     from gymforge.llm import BudgetExceeded
     from gymforge.mlgym import MLGymConfigError
     from gymforge.sandbox import SandboxError
@@ -479,7 +502,8 @@ def _main(argv: list[str]) -> None:
         args.func(args)
     except ConfigError as err:
         sys.exit(str(err))
-    except (BenchmarkError, BudgetExceeded, BaselineFailed, InstallError, TaskUnsupported, MLGymConfigError, SandboxError) as err:
+    except (BenchmarkError, BudgetExceeded, BaselineFailed, InstallError, TaskUnsupported, MLGymConfigError, SandboxError,
+            TrajectoryImportError) as err:
         sys.exit(f"gymforge: {err}")
 
 

@@ -144,6 +144,13 @@ class FilterConfig(_Strict):
                                   "(gymforge.agent.audit); false keeps them (they are still counted).")
 
 
+class SftConfig(_Strict):
+    extra_sources: list[str] = Field([], description="More trajectories for the SFT dataset: directories (or files) "
+                                     "of MLGym run folders (`<task>.traj` + results.json), gymforge run-task "
+                                     "folders or rollout shards (`shard_*.json`), read as `gymforge "
+                                     "import-trajectories` reads them and put through the same filters.")
+
+
 class LoraConfig(_Strict):
     enabled: bool = Field(False, description="Train LoRA adapters instead of all weights (merged into the saved checkpoint).")
     r: int = Field(16, ge=1)
@@ -275,6 +282,7 @@ class GymforgeConfig(_Strict):
     verification: VerificationConfig = VerificationConfig()
     trajectories: TrajectoriesConfig = TrajectoriesConfig()
     filter: FilterConfig = FilterConfig()
+    sft: SftConfig = SftConfig()
     train: TrainConfig = TrainConfig()
     evaluate: EvaluateConfig = EvaluateConfig()
 

@@ -34,6 +34,7 @@ import shutil
 import statistics
 import tempfile
 from collections import Counter, defaultdict
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable, Iterator
 
@@ -108,19 +109,22 @@ def messages_hash(messages: list[dict[str, str]]) -> str:
 class Example(BaseModel):
     """One line of `train.jsonl` / one row of the dataset."""
 
-    id: str = Field(description="<slot>-r<rollout>")
+    id: str = Field(description="<slot>-r<rollout>; imported: the source's relative path")
     messages: list[dict[str, str]]
     slot: str
     task: str
     rollout: int
-    seed: int
-    teacher: str
+    seed: int | None = Field(description="The rollout's seed; null when the source does not record one (MLGym).")
+    teacher: str = Field(description="The model that wrote the replies.")
     exit_status: str
     metric: str | None = Field(description="The task's priority metric (first baseline metric).")
     score: float | None = Field(description="Value of `metric` in the last score entry (the final submission).")
     scores: str = Field(description="JSON list of every score entry, in order.")
     tokens: int = Field(description="Student-tokenizer tokens of `messages`, chat template applied.")
     turns: int = Field(description="Assistant turns in `messages`.")
+    source: str = Field(description="JSON object: where the trajectory came from (`origin`: `rollouts` or the "
+                        "`sft.extra_sources` entry / import directory; `format`: gymforge-shard, gymforge-traj or "
+                        "mlgym; `path` relative to it; for MLGym runs the run folder's model and history processor).")
 
 
 class RolloutSummary(BaseModel):
@@ -130,7 +134,7 @@ class RolloutSummary(BaseModel):
     slot: str
     task: str
     rollout: int
-    seed: int
+    seed: int | None
     exit_status: str
     steps: int
     turns: int
@@ -140,6 +144,7 @@ class RolloutSummary(BaseModel):
     reason: str | None = None
     score: float | None = None
     flags: list[str] = Field(default_factory=list, description="Codes of the audit's flags, sorted, once each.")
+    source: str = Field("rollouts", description="`rollouts`, or the extra source / import directory it came from.")
 
 
 def _features() -> Any:
@@ -150,7 +155,7 @@ def _features() -> Any:
         "id": string, "messages": [{"role": string, "content": string}], "slot": string, "task": string,
         "rollout": Value("int32"), "seed": Value("int64"), "teacher": string, "exit_status": string,
         "metric": string, "score": Value("float64"), "scores": string, "tokens": Value("int32"),
-        "turns": Value("int32"),
+        "turns": Value("int32"), "source": string,
     })
 
 
@@ -160,7 +165,7 @@ def _features() -> Any:
 def config_hash(cfg: GymforgeConfig) -> str:
     """Hash of every setting that shapes the SFT data (the dataset card's provenance stamp)."""
     return cfg.digest("seed", "teacher", "datasets", "proposals", "generation", "sandbox", "verification",
-                      "trajectories", "filter", "student")
+                      "trajectories", "filter", "student", *(["sft"] if cfg.sft.extra_sources else []))
 
 
 def _rollouts(shard_files: Iterable[Path]) -> Iterator[tuple[Any, Any]]:
@@ -189,16 +194,73 @@ def _priority(rec: Any) -> str | None:
     return next(iter(scores[-1]), None) if scores else None
 
 
+@dataclass
+class Candidate:
+    """One trajectory offered to the filters, whatever it came from (a rollout shard, an imported run)."""
+
+    id: str
+    slot: str  # what the per-task cap and `per_task` statistics group by
+    task: str
+    rollout: int
+    seed: int | None
+    teacher: str  # the model that wrote the replies
+    exit_status: str
+    steps: int
+    messages: list[dict[str, str]] | None  # the example (None: no assistant turn)
+    scores: list[dict[str, Any]]
+    flags: list[str]  # audit flag codes, sorted, once each
+    metric: str | None  # the priority metric
+    source: dict[str, Any] = field(default_factory=dict)  # where it came from (`origin`, `format`, `path`, ...)
+
+    @property
+    def successful(self) -> bool:
+        return any(valid_score(entry) for entry in self.scores)
+
+
+def rollout_candidate(rec: Any, *, ident: str | None = None, source: dict[str, Any] | None = None) -> Candidate:
+    """The candidate of one `RolloutRecord` of a shard."""
+    traj = rec.trajectory
+    return Candidate(id=ident or f"{rec.slot}-r{rec.rollout:05d}", slot=rec.slot, task=rec.task_id,
+                     rollout=rec.rollout, seed=rec.seed, teacher=rec.teacher.model,
+                     exit_status=traj.info.exit_status or "unknown", steps=len(traj.trajectory),
+                     messages=sft_messages(traj), scores=list(traj.info.score),
+                     flags=sorted({f.code for f in traj.info.flags}), metric=_priority(rec),
+                     source=source or {"origin": "rollouts", "format": "gymforge-shard"})
+
+
+def shard_candidates(shard_files: Iterable[Path]) -> Iterator[Candidate]:
+    for _shard, rec in _rollouts(shard_files):
+        yield rollout_candidate(rec)
+
+
 def build_sft(cfg: GymforgeConfig, shard_files: Iterable[Path], tokenizer_dir: Path, *, jsonl_out: Path,
-              dataset_out: Path, rollouts_out: Path, stats_out: Path) -> dict[str, Any]:
-    """Filter every rollout of `shard_files`, write the examples (JSONL + `datasets` on disk), the per-rollout
-    summary and the statistics; returns the statistics."""
+              dataset_out: Path, rollouts_out: Path, stats_out: Path,
+              extra_sources: Iterable[str | Path] = ()) -> dict[str, Any]:
+    """Filter every rollout of `shard_files`, then every trajectory of `extra_sources` (`sft.extra_sources`:
+    MLGym run folders or gymforge shards, read by `gymforge.importing`), write the examples (JSONL +
+    `datasets` on disk), the per-rollout summary and the statistics; returns the statistics."""
+    from gymforge.importing import import_candidates
+
+    def candidates() -> Iterator[Candidate]:
+        yield from shard_candidates(shard_files)
+        for source in extra_sources:
+            yield from import_candidates(Path(source), origin=str(source))
+
+    return filter_examples(cfg, candidates(), tokenizer_dir, jsonl_out=jsonl_out, dataset_out=dataset_out,
+                           rollouts_out=rollouts_out, stats_out=stats_out)
+
+
+def filter_examples(cfg: GymforgeConfig, candidates: Iterable[Candidate], tokenizer_dir: Path, *, jsonl_out: Path,
+                    dataset_out: Path, rollouts_out: Path, stats_out: Path) -> dict[str, Any]:
+    """The filters (module docstring) over `candidates`, in order; writes the kept examples (JSONL + `datasets`
+    on disk), one summary line per candidate and the statistics (counts per reason, per task and per source)."""
     from gymforge.tokenizer import count_chat_tokens, load_tokenizer
 
     tokenizer = load_tokenizer(tokenizer_dir)
     seen: set[str] = set()
     per_task_kept: Counter[str] = Counter()
     tasks: dict[str, dict[str, Any]] = {}
+    sources: dict[str, dict[str, Any]] = {}
     exits: dict[str, Counter[str]] = defaultdict(Counter)
     teachers: Counter[str] = Counter()
     reasons: Counter[str] = Counter()
@@ -214,24 +276,23 @@ def build_sft(cfg: GymforgeConfig, shard_files: Iterable[Path], tokenizer_dir: P
     with tempfile.TemporaryDirectory(dir=Path(jsonl_out).parent, prefix=".sft-") as tmp:
         examples_tmp, summary_tmp = Path(tmp) / "train.jsonl", Path(tmp) / "rollouts.jsonl"
         with examples_tmp.open("w") as examples, summary_tmp.open("w") as summaries:
-            for _shard, rec in _rollouts(shard_files):
-                traj = rec.trajectory
-                task = tasks.setdefault(rec.slot, {"task_id": rec.task_id, "rollouts": 0, "kept": 0,
-                                                   "discarded": Counter()})
+            for c in candidates:
+                task = tasks.setdefault(c.slot, {"task_id": c.task, "rollouts": 0, "kept": 0, "discarded": Counter()})
+                origin = str(c.source.get("origin", "rollouts"))
+                src = sources.setdefault(origin, {"rollouts": 0, "kept": 0, "discarded": Counter()})
                 task["rollouts"] += 1
-                messages = sft_messages(traj)
+                src["rollouts"] += 1
+                messages = c.messages
                 turns = sum(m["role"] == "assistant" for m in messages or [])
                 tokens = count_chat_tokens(tokenizer, messages) if messages else None
-                status = traj.info.exit_status or "unknown"
-                teachers[rec.teacher.model] += 1
+                teachers[c.teacher] += 1
                 reason = None
-                codes = sorted({f.code for f in traj.info.flags})
-                flag_codes.update(codes)
-                if codes:
-                    flagged.append(f"{rec.slot}-r{rec.rollout:05d}")
-                if codes and cfg.filter.exclude_flagged:
+                flag_codes.update(c.flags)
+                if c.flags:
+                    flagged.append(c.id)
+                if c.flags and cfg.filter.exclude_flagged:
                     reason = "flagged"
-                elif not is_successful(traj):
+                elif not c.successful:
                     reason = "no_successful_submission"
                 elif messages is None:
                     reason = "no_assistant_turn"
@@ -241,36 +302,37 @@ def build_sft(cfg: GymforgeConfig, shard_files: Iterable[Path], tokenizer_dir: P
                     digest = messages_hash(messages)
                     if digest in seen:
                         reason = "duplicate"
-                    elif cap is not None and per_task_kept[rec.slot] >= cap:
+                    elif cap is not None and per_task_kept[c.slot] >= cap:
                         reason = "over_task_cap"
                     else:
                         seen.add(digest)
-                        per_task_kept[rec.slot] += 1
-                metric = _priority(rec)
-                last = traj.info.score[-1] if traj.info.score else {}
-                score = last.get(metric) if metric else None
-                exits[status]["total"] += 1
+                        per_task_kept[c.slot] += 1
+                last = c.scores[-1] if c.scores else {}
+                score = last.get(c.metric) if c.metric else None
+                score = float(score) if valid_score({"v": score}) else None
+                exits[c.exit_status]["total"] += 1
                 if messages:
                     tokens_all.append(tokens or 0)
                     turns_all.append(turns)
-                ident = f"{rec.slot}-r{rec.rollout:05d}"
                 if reason is None:
-                    exits[status]["kept"] += 1
+                    exits[c.exit_status]["kept"] += 1
                     task["kept"] += 1
+                    src["kept"] += 1
                     tokens_kept.append(tokens or 0)
                     turns_kept.append(turns)
-                    example = Example(id=ident, messages=messages or [], slot=rec.slot, task=rec.task_id,
-                                      rollout=rec.rollout, seed=rec.seed, teacher=rec.teacher.model,
-                                      exit_status=status, metric=metric, score=score,
-                                      scores=json.dumps(traj.info.score), tokens=tokens or 0, turns=turns)
+                    example = Example(id=c.id, messages=messages or [], slot=c.slot, task=c.task, rollout=c.rollout,
+                                      seed=c.seed, teacher=c.teacher, exit_status=c.exit_status, metric=c.metric,
+                                      score=score, scores=json.dumps(c.scores), tokens=tokens or 0, turns=turns,
+                                      source=json.dumps(c.source, sort_keys=True))
                     examples.write(example.model_dump_json() + "\n")
                 else:
                     reasons[reason] += 1
                     task["discarded"][reason] += 1
+                    src["discarded"][reason] += 1
                 summaries.write(RolloutSummary(
-                    id=ident, slot=rec.slot, task=rec.task_id, rollout=rec.rollout, seed=rec.seed, exit_status=status,
-                    steps=len(traj.trajectory), turns=turns, tokens=tokens, successful=is_successful(traj),
-                    kept=reason is None, reason=reason, score=score, flags=codes).model_dump_json() + "\n")
+                    id=c.id, slot=c.slot, task=c.task, rollout=c.rollout, seed=c.seed, exit_status=c.exit_status,
+                    steps=c.steps, turns=turns, tokens=tokens, successful=c.successful, kept=reason is None,
+                    reason=reason, score=score, flags=c.flags, source=origin).model_dump_json() + "\n")
         planned = sum(t["rollouts"] for t in tasks.values())
         _write_dataset(examples_tmp, dataset_out)
         atomic.write_bytes(jsonl_out, examples_tmp.read_bytes())
@@ -292,6 +354,9 @@ def build_sft(cfg: GymforgeConfig, shard_files: Iterable[Path], tokenizer_dir: P
         "rollouts": planned,
         "kept": kept,
         "discarded": {r: reasons[r] for r in REASONS if reasons[r]},
+        "sources": {o: {"rollouts": s["rollouts"], "kept": s["kept"],
+                        "discarded": {r: s["discarded"][r] for r in REASONS if s["discarded"][r]}}
+                    for o, s in sources.items()},
         "tasks": len(tasks),
         "tasks_with_kept": sum(1 for t in tasks.values() if t["kept"]),
         "exit_status": {k: dict(v) for k, v in sorted(exits.items())},
