@@ -328,3 +328,67 @@ def test_model_named_baseline_is_rejected(tmp_path):
     write_run(tmp_path, "baseline__t__0", [{"s": 1.0}])
     with pytest.raises(AupError, match="reserved"):
         aup.build_table(aup.load_runs(tmp_path), {"t": meta("t", "s")})
+
+
+# --- bootstrap intervals ---------------------------------------------------------------------------------------------
+
+
+def boot_table(runs: dict[str, dict[str, list[float]]], baseline: float = 1.0) -> aup.ScoreTable:
+    """model -> task -> one score per run (run k named run<k>)."""
+    results = [aup.RunResult(model=m, task=t, run=f"run{k}", scores=[{"acc": v}], baseline={"acc": baseline},
+                             path=Path(f"/runs/{m}__{t}__run{k}"))
+               for m, tasks in runs.items() for t, values in tasks.items() for k, v in enumerate(values)]
+    return aup.build_table(results, {t: meta(t, "acc") for t in next(iter(runs.values()))})
+
+
+def test_bootstrap_is_seeded_and_collapses_when_runs_do_not_vary():
+    table = boot_table({"A": {"t1": [2.0, 2.0, 2.0], "t2": [3.0] * 3}, "B": {"t1": [1.5] * 3, "t2": [1.0] * 3}})
+    boot = aup.bootstrap_aup(table, [("A", "B")], samples=50)
+    point = aup.compute_aup(table)
+    for m in ("A", "B", "baseline"):
+        est = boot["aup"][m]["best_aup"]["estimate"]
+        assert est == pytest.approx(point.best_aup(m), abs=1e-4) and boot["aup"][m]["best_aup"]["ci"] == [est, est]
+    diff = boot["differences"]["A - B"]["last_aup"]
+    assert diff["estimate"] == pytest.approx(point.last_aup("A") - point.last_aup("B"), abs=1e-4) and diff["estimate"] > 0
+    assert diff["ci"] == [diff["estimate"]] * 2
+    assert aup.bootstrap_aup(table, [("A", "missing")], samples=5)["differences"] == {}
+
+
+def test_bootstrap_interval_separates_a_clear_gain_and_not_noise():
+    tasks = [f"t{i}" for i in range(6)]
+    noisy = {t: [1.2, 1.6, 2.0, 2.4] for t in tasks}
+    table = boot_table({"base": noisy, "same": {t: [2.4, 2.0, 1.6, 1.2] for t in tasks},
+                        "better": {t: [v + 2 for v in noisy[t]] for t in tasks}})
+    boot = aup.bootstrap_aup(table, [("better", "base"), ("same", "base")], samples=300, seed=1)
+    assert boot == aup.bootstrap_aup(table, [("better", "base"), ("same", "base")], samples=300, seed=1)
+    lo, hi = boot["differences"]["better - base"]["best_aup"]["ci"]
+    assert 0 < lo <= hi
+    lo, hi = boot["differences"]["same - base"]["best_aup"]["ci"]
+    assert lo < 0 < hi  # the same runs in another order: nothing to tell apart
+    lo, hi = boot["aup"]["base"]["best_aup"]["ci"]
+    assert lo < hi <= boot["aup"]["base"]["best_aup"]["estimate"] + 1e-9  # best-of-runs leans low
+    assert "better - base" in aup.render_intervals(boot) and "300 bootstrap replicates" in aup.render_intervals(boot)
+
+
+def test_bootstrap_pairs_runs_by_label():
+    # a student whose run k equals its base's run k: paired replicates never differ
+    runs = {"t1": [1.0, 3.0, 2.0, 5.0], "t2": [4.0, 1.5, 2.5, 1.1]}
+    table = boot_table({"base": runs, "copy": {t: list(v) for t, v in runs.items()}})
+    diff = aup.bootstrap_aup(table, [("copy", "base")], samples=200)["differences"]["copy - base"]
+    assert diff["best_aup"]["ci"] == [0.0, 0.0] and diff["last_aup"]["ci"] == [0.0, 0.0]
+    # with different run labels the draws are independent and the copy's difference spreads
+    unpaired = boot_table({"base": runs, "copy": {t: list(v) for t, v in runs.items()}})
+    for s in unpaired.tasks["t1"].models["copy"].runs + unpaired.tasks["t2"].models["copy"].runs:
+        s.run = "other-" + s.run
+    lo, hi = aup.bootstrap_aup(unpaired, [("copy", "base")], samples=200)["differences"]["copy - base"]["best_aup"]["ci"]
+    assert lo < 0 < hi
+
+
+def test_student_pairs_from_the_configured_models():
+    from gymforge.config import ModelSpec
+    from gymforge.stages.scores import student_pairs
+
+    models = [ModelSpec(name="teacher", source="teacher"), ModelSpec(name="sft", source="student-sft"),
+              ModelSpec(name="base", source="student-base")]
+    assert student_pairs(models) == [("sft", "base")]
+    assert student_pairs(models[:2]) == []

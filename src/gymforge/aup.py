@@ -559,6 +559,117 @@ def score_runs(runs: Sequence[RunResult], metas: Mapping[str, TaskMeta], *, task
 
 
 # ---------------------------------------------------------------------------------------------------------------------
+# Bootstrap intervals
+
+BOOTSTRAP_SAMPLES = 1000
+BOOTSTRAP_SEED = 0
+CONFIDENCE = 0.95
+
+
+def _resample(table: ScoreTable, rng: np.random.Generator) -> ScoreTable:
+    """One bootstrap replicate of `table`: per task, every model's runs drawn with replacement (same count)."""
+    tasks: dict[str, TaskScores] = {}
+    for tid, ts in table.tasks.items():
+        hib = ts.meta.higher_is_better
+        by_label = {m: {r.run: r for r in s.runs} for m, s in ts.models.items() if s.runs}
+        labels = {tuple(sorted(runs)) for runs in by_label.values()}
+        # Runs of the same index share their seed (and task instance) across models: draw one set of run
+        # labels for every model when they all have the same runs, so a difference is paired by run.
+        shared = None
+        if len(labels) == 1:
+            common = next(iter(labels))
+            shared = [common[i] for i in rng.integers(0, len(common), len(common))]
+        models: dict[str, ModelTaskScore] = {}
+        for m, s in ts.models.items():
+            if not s.runs:
+                models[m] = ModelTaskScore.model_construct(best_attempt=None, best_submission=None, runs=[])
+                continue
+            drawn = ([by_label[m][label] for label in shared] if shared is not None
+                     else [s.runs[i] for i in rng.integers(0, len(s.runs), len(s.runs))])
+            models[m] = ModelTaskScore.model_construct(  # validated once, in the table; thousands of replicates
+                best_attempt=_best_of((r.best_attempt for r in drawn), hib),
+                best_submission=_best_of((r.best_submission for r in drawn), hib), runs=[])
+        tasks[tid] = TaskScores.model_construct(meta=ts.meta, baseline=ts.baseline, baseline_source=ts.baseline_source,
+                                                models=models)
+    return ScoreTable.model_construct(models=table.models, tasks=tasks)
+
+
+def _interval(values: np.ndarray, level: float) -> list[float]:
+    lo, hi = np.percentile(values, [50 * (1 - level), 50 * (1 + level)])
+    return [round(float(lo), 4), round(float(hi), 4)]
+
+
+def bootstrap_aup(table: ScoreTable, pairs: Sequence[tuple[str, str]] = (), *, samples: int = BOOTSTRAP_SAMPLES,
+                  seed: int = BOOTSTRAP_SEED, level: float = CONFIDENCE, eps: float = EPS) -> dict[str, Any]:
+    """Bootstrap intervals for every model's Best and Last AUP and for paired differences `(model, base)`.
+
+    Method (nonparametric percentile bootstrap over runs):
+    - The unit resampled is a run. Tasks are not resampled (the benchmark is a fixed set, not a sample) and
+      the baseline is the recorded value. In each of `samples` replicates, for every task, each model's runs
+      on that task are drawn with replacement, as many as it has; when every model has the same run labels
+      on a task (run k of each model shares its seed), one draw of labels serves all of them, so run k of a
+      student is compared with run k of its base.
+    - Each replicate goes through the whole score pipeline (`compute_aup`): Best Attempt / Best Submission
+      as the best over the drawn runs, ratios against the replicate's best feasible score, its own tau grid,
+      AUP per model. A pair's difference is `AUP(model) - AUP(base)` within the same replicate (paired).
+    - The interval is the (1 - level)/2 and (1 + level)/2 percentiles of the replicates' values
+      (`level` 0.95: 2.5% and 97.5%). The generator is `numpy.random.default_rng(seed)`: the same runs and
+      seed give the same intervals.
+    - What it covers: run-to-run variation only (sampling seeds, generation), not which tasks the benchmark
+      has. A best-of-runs score is a maximum, whose bootstrap leans low: a replicate misses a model's best
+      run with probability (1 - 1/n)^n (37% for n = 4 runs), so intervals sit mostly at or below the
+      point estimate; with one run per task every interval is a single point (there is nothing to resample).
+      An interval that contains 0 for a difference means the runs do not show a difference at this level.
+    """
+    if samples < 1:
+        raise ValueError(f"samples must be >= 1, got {samples}")
+    models = table.all_models
+    rng = np.random.default_rng(seed)
+    values = {v: {m: np.empty(samples) for m in models} for v in VARIANTS}
+    for b in range(samples):
+        result = compute_aup(_resample(table, rng), eps=eps)
+        for v in VARIANTS:
+            aup = result.profile(v).aup
+            for m in models:
+                values[v][m][b] = aup[m]
+    point = compute_aup(table, eps=eps)
+    names = {"attempt": "best_aup", "submission": "last_aup"}
+    out: dict[str, Any] = {
+        "samples": samples, "seed": seed, "level": level,
+        "method": "percentile bootstrap over runs within each (task, model), tasks fixed, runs paired by label "
+                  "across models when their labels match",
+        "aup": {m: {names[v]: {"estimate": round(point.profile(v).aup[m], 4),
+                               "ci": _interval(values[v][m], level)} for v in VARIANTS} for m in models},
+        "differences": {},
+    }
+    for model, base in pairs:
+        if model not in models or base not in models:
+            continue
+        out["differences"][f"{model} - {base}"] = {"model": model, "base": base, **{
+            names[v]: {"estimate": round(point.profile(v).aup[model] - point.profile(v).aup[base], 4),
+                       "ci": _interval(values[v][model] - values[v][base], level)} for v in VARIANTS}}
+    return out
+
+
+def render_intervals(boot: dict[str, Any]) -> str:
+    """The bootstrap as text: every model's AUP with its interval, then each paired difference."""
+    pct = f"{boot['level']:.0%}"
+    lines = [f"{'model':<16} {'Best AUP [' + pct + ' CI]':>26} {'Last AUP [' + pct + ' CI]':>26}"]
+
+    def cell(x: dict[str, Any], signed: bool = False) -> str:
+        lo, hi = x["ci"]
+        f = "+.3f" if signed else ".3f"
+        return f"{x['estimate']:{f}} [{lo:{f}}, {hi:{f}}]"
+
+    for m, x in sorted(boot["aup"].items(), key=lambda kv: (-kv[1]["best_aup"]["estimate"], kv[0])):
+        lines.append(f"{m:<16} {cell(x['best_aup']):>26} {cell(x['last_aup']):>26}")
+    for name, d in boot["differences"].items():
+        lines.append(f"{name:<16} {cell(d['best_aup'], True):>26} {cell(d['last_aup'], True):>26}")
+    lines.append(f"({boot['samples']} bootstrap replicates over runs, seed {boot['seed']})")
+    return "\n".join(lines)
+
+
+# ---------------------------------------------------------------------------------------------------------------------
 # Outputs
 
 CSV_HEADER = ("Model", "Best AUP", "Last AUP")

@@ -1,4 +1,6 @@
-"""Stage 3.8, table: Best Attempt / Best Submission per model and task, AUP (SPEC 4.6), reply quality, plots.
+"""Stage 3.8, table: Best Attempt / Best Submission per model and task, AUP (SPEC 4.6) with bootstrap 95%
+intervals (each model, and each student after SFT minus its base: `gymforge.aup.bootstrap_aup`), reply quality,
+plots.
 
 Reads the per-(model, task) `EvalRecord`s the evaluation jobs wrote, so models or tasks dropped from the
 config never linger in the table, whatever run folders remain on disk. Every benchmark task counts for
@@ -11,8 +13,8 @@ import json
 from pathlib import Path
 
 from gymforge import atomic
-from gymforge.aup import RunResult, TaskMeta, aup_csv, score_runs, summarize
-from gymforge.config import GymforgeConfig
+from gymforge.aup import RunResult, TaskMeta, aup_csv, bootstrap_aup, render_intervals, score_runs, summarize
+from gymforge.config import GymforgeConfig, ModelSpec
 from gymforge.stages.evaluation import EvalRecord
 
 
@@ -44,6 +46,13 @@ def render(aup_text: str, quality: dict[str, dict[str, float | int]]) -> str:
     return "\n".join(lines)
 
 
+def student_pairs(models: list[ModelSpec]) -> list[tuple[str, str]]:
+    """(student after SFT, its base) for the paired intervals: every `student-sft` model against the first
+    `student-base` model (both are the one configured student, `train.student`, before and after SFT)."""
+    base = next((m.name for m in models if m.source == "student-base"), None)
+    return [(m.name, base) for m in models if m.source == "student-sft" and base is not None]
+
+
 def score_table(cfg: GymforgeConfig, record_files: list[Path], *, aup_out: Path, scores_out: Path,
                 replies_out: Path, violins_out: Path, bars_out: Path, profiles_out: Path) -> str:
     from gymforge.benchmark.suite import load_benchmark
@@ -63,10 +72,12 @@ def score_table(cfg: GymforgeConfig, record_files: list[Path], *, aup_out: Path,
     table, result = score_runs(runs, metas, tasks=tasks, baselines=baselines)
     text = aup_csv(result)
     quality = reply_quality(list(records.values()))
+    # Intervals: run-to-run noise of each AUP and of each student's difference from its base (aup.bootstrap_aup).
+    boot = bootstrap_aup(table, student_pairs(cfg.evaluate.models))
     atomic.write_text(aup_out, text)
-    atomic.write_text(scores_out, json.dumps(summarize(table, result), indent=1))
+    atomic.write_text(scores_out, json.dumps({**summarize(table, result), "bootstrap": boot}, indent=1))
     atomic.write_text(replies_out, json.dumps(quality, indent=1))
     violins(runs, metas, violins_out, tasks=tasks, baselines=baselines)
     aup_bars(result, bars_out)
     performance_profiles(result, profiles_out)
-    return render(text, quality)
+    return render(text, quality) + "\n\n" + render_intervals(boot)
