@@ -56,13 +56,14 @@ def run_verify(root, files, name, **verification) -> VerificationReport:
 def test_runtime_error_is_repaired_by_either_branch(broken_task, p_debug, branch):
     root, files = broken_task
     source_yaml = next((root / "task" / "mlgym" / "configs" / "tasks").glob("*.yaml")).read_bytes()
-    report = run_verify(root, files, branch, p_debug=p_debug)
+    # A restart draws a fresh first draft, which may carry a bug of its own: allow a few.
+    report = run_verify(root, files, branch, p_debug=p_debug, max_iterations=5)
     assert report.status == "ok", report.reason
-    first, second = report.iterations[:2]
+    first, *later = report.iterations
     assert "sepal_length_cm" in "\n".join(first.errors)
-    assert second.source == branch and not second.errors
-    assert len(report.iterations) == 2 and report.baseline_scores
-    assert second.episode_exit_status
+    assert later and all(it.source == branch for it in later)
+    assert not later[-1].errors and report.baseline_scores
+    assert later[-1].episode_exit_status
     # The source tree is never rewritten; the verified copy carries the baseline scores.
     assert next((root / "task" / "mlgym" / "configs" / "tasks").glob("*.yaml")).read_bytes() == source_yaml
     verified = root / branch / "environments" / "t0000" / "verified"
