@@ -289,11 +289,14 @@ class TaskEnvironment:
     def mounts(self) -> list[Mount]:
         """What the agent's sessions and the baseline get: data and (maybe) the evaluation script, read-only,
         and the fetched hub datasets the task loads by id."""
-        targets = self._data_targets()
-        if self.task.evaluation_read_only:
-            targets.append(self.task.evaluation_paths[0])
-        data = [Mount(host=self.workspace / t, target=t) for t in targets if (self.workspace / t).exists()]
-        return data + self._hub_mounts
+        ro = [self.task.evaluation_paths[0]] if self.task.evaluation_read_only else []
+        return self._data_mounts() + self._workspace_mounts(ro) + self._hub_mounts
+
+    def _data_mounts(self) -> list[Mount]:
+        return self._workspace_mounts(self._data_targets())
+
+    def _workspace_mounts(self, targets: list[str]) -> list[Mount]:
+        return [Mount(host=self.workspace / t, target=t) for t in targets if (self.workspace / t).exists()]
 
     def _data_targets(self) -> list[str]:
         """Where the task's local data lies in the workspace (read-only mounts in every sandbox)."""
@@ -528,11 +531,11 @@ class TaskEnvironment:
         finally:
             _remove(ev)
         self.last_evaluation = result
-        shown = artefact_view = f"{self.workdir}/{artefact}" if artefact else self.workdir
+        shown = f"{self.workdir}/{artefact}" if artefact else self.workdir
         if status is None or status.get("exit") != 0 or result.timed_out or result.limit:
-            raise self._failure(result, status, server, shown)
+            raise self._failure(result, status, server, shown, isolated)
         try:
-            return parse_metrics(metrics_text), artefact_view
+            return parse_metrics(metrics_text), shown
         except EvaluationFormatError as err:
             raise EvaluationFailed(str(err) if not self.has_secrets else
                                    "the evaluation printed no readable metrics", detail=result.output) from None
@@ -579,7 +582,7 @@ class TaskEnvironment:
         out = ev / "out"
         out.mkdir()
         at = self._places(scorer_ws)
-        data = [m for m in self.mounts if m.target in self._data_targets()]
+        data = self._data_mounts()
         hub, hub_env = self._private_hub(ev / "hf-scorer")
         mounts = [*data, *hub, Mount(host=EVALKIT, target=at["kit"]),
                   Mount(host=out, target=at["out"], read_only=False)]
@@ -642,7 +645,9 @@ class TaskEnvironment:
 
         return sandbox_view(self.dataset_cache, hub_ids, home, fixed=self.workdir == WORKDIR)
 
-    def _failure(self, result: ExecResult, status: dict[str, Any] | None, server: ExecResult | None, shown: str) -> Exception:
+    def _failure(
+        self, result: ExecResult, status: dict[str, Any] | None, server: ExecResult | None, shown: str, isolated: bool
+    ) -> Exception:
         if result.timed_out:
             what = f"the evaluation ran past training_timeout ({self.timeout:g} s)"
         elif result.limit:
@@ -656,7 +661,7 @@ class TaskEnvironment:
         if server is not None and server.output.strip() and not self.has_secrets:
             # Only without held-out inputs: the scorer hands them to the submission, which could print them.
             message += f"; output of your code during the evaluation:\n{_excerpt(server.output)}"
-        elif not self.has_secrets and not self.isolated:
+        elif not self.has_secrets and not isolated:
             message += f"; output tail (stdout and stderr):\n{_excerpt(result.output)}"
         return EvaluationFailed(message, detail=result.output)
 

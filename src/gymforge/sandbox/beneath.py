@@ -228,14 +228,10 @@ def copy_tree(
             except OSError:
                 left_out.append(start)
                 continue
-            if stat.S_ISREG(st.st_mode):
-                entries = [(start, None)]
-            elif stat.S_ISDIR(st.st_mode):
-                entries = None
-            else:
+            if not (stat.S_ISREG(st.st_mode) or stat.S_ISDIR(st.st_mode)):
                 left_out.append(start)
                 continue
-            if entries is not None:
+            if stat.S_ISREG(st.st_mode):
                 with parent_of(src, start) as (sdfd, name):
                     _ensure_dirs(dst_top, PurePosixPath(start).parent)
                     total += _copy_file(sdfd, name, dst_top, start, max_bytes - total)

@@ -20,6 +20,7 @@ import secrets
 import shlex
 import signal
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 log = logging.getLogger(__name__)
@@ -164,16 +165,7 @@ class SandboxGroup:
         return None
 
     def kill_all(self) -> None:
-        for _ in range(50):
-            pids = [int(p) for d in self.dirs for p in _lines(d / "cgroup.procs")]
-            if not pids:
-                return
-            for pid in pids:
-                try:
-                    os.kill(pid, signal.SIGKILL)
-                except ProcessLookupError:
-                    pass
-            time.sleep(0.01)
+        kill_until_gone(lambda: [int(p) for d in self.dirs for p in _lines(d / "cgroup.procs")], rounds=50, pause=0.01)
 
     def remove(self) -> None:
         self.kill_all()
@@ -186,6 +178,21 @@ class SandboxGroup:
                     break
                 except OSError:  # tasks still exiting
                     time.sleep(0.02)
+
+
+def kill_until_gone(victims: Callable[[], list[int]], *, rounds: int, pause: float) -> None:
+    """SIGKILL whatever `victims()` lists, again and again (a process may fork between listing and killing),
+    until it lists nothing or `rounds` are spent."""
+    for _ in range(rounds):
+        pids = victims()
+        if not pids:
+            return
+        for pid in pids:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        time.sleep(pause)
 
 
 def _lines(path: Path) -> list[str]:

@@ -316,23 +316,18 @@ class _Proc:
         return by_namespace
 
     def _sweep(self, keep: set[int], member: Callable[[str], int | None]) -> None:
-        for _ in range(100):  # repeat: a process may fork between listing and killing
-            victims = []
+        def victims() -> list[int]:
+            found = []
             for pid in filter(str.isdigit, os.listdir("/proc")):
                 try:
                     inner = member(pid)
                     if inner is not None and inner not in keep and _proc_status(pid)["State"][0] != "Z":
-                        victims.append(int(pid))
+                        found.append(int(pid))
                 except (OSError, KeyError, IndexError, ValueError):
                     continue  # gone meanwhile, or not ours to inspect
-            if not victims:
-                return
-            for pid in victims:
-                try:
-                    os.kill(pid, signal.SIGKILL)
-                except ProcessLookupError:
-                    pass
-            time.sleep(0.005)
+            return found
+
+        cgroups.kill_until_gone(victims, rounds=100, pause=0.005)
 
     def interrupt(self, keep_pid: int) -> None:
         # Pid 1 of a namespace is bwrap's reaper or the shell itself (unshare); killing it kills all.
