@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 CORES ?= 2
 
-.PHONY: run test setup system-deps schemas clean
+.PHONY: run test setup system-deps test-deps schemas clean
 
 $(BIN)/gymforge: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -17,7 +17,11 @@ setup: $(BIN)/gymforge system-deps
 
 # bubblewrap confines sandboxed code (no network, workspace-only writes); optional but recommended.
 system-deps:
-	@command -v bwrap >/dev/null 2>&1 || { [ "$$(id -u)" = 0 ] && (apt-get update -qq && apt-get install -y -qq bubblewrap) >/dev/null 2>&1; } || echo "note: bubblewrap not installed; the local sandbox falls back to weaker confinement"
+	@command -v bwrap >/dev/null 2>&1 || { [ "$$(id -u)" = 0 ] && (apt-get update -qq && apt-get install -y -qq bubblewrap) >/dev/null 2>&1; } || echo "note: bubblewrap not installed; the local sandbox refuses to run untrusted code without it (apt-get install bubblewrap, or sandbox.allow_weak_confinement: true)"
+
+# The report test renders the run report in a headless browser.
+test-deps:
+	@command -v chromium >/dev/null 2>&1 || { [ "$$(id -u)" = 0 ] && (apt-get install -y -qq chromium || (apt-get update -qq && apt-get install -y -qq chromium)) >/dev/null 2>&1; } || echo "note: chromium not installed; the report rendering test will skip"
 
 # After a hard kill (kill -9, OOM killer, power loss) run `make run` again: finished outputs are kept, unfinished jobs
 # rerun, and the stale Snakemake lock is removed by the workflow itself when no other snakemake runs here (where that
@@ -27,7 +31,7 @@ run: setup
 	  echo "make run: some jobs failed (reasons above and in results/logs/**/*.failed.json); fix the cause and run 'make run' again, it resumes where it stopped"; exit 1; }
 	$(BIN)/gymforge status
 
-test: setup
+test: setup test-deps
 	$(BIN)/ruff check src tests bench
 	$(BIN)/pytest -q -ra; rc=$$?; [ $$rc -eq 5 ] && { echo "no tests collected"; exit 0; }; exit $$rc
 
