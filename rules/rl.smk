@@ -1,0 +1,45 @@
+# Stage 3.9b: on-policy RL (GRPO-style, duration-aware) of the SFT student on the micro-scale tasks.
+# One job: it serves the current policy (transformers on CPU, vLLM on GPUs) and trains it, `rl.gpus` GPUs
+# shared by both (README, "On-policy RL"). A killed job resumes from its last finished iteration
+# (results/rl/<student>/.work/, not a declared output, so Snakemake leaves it alone).
+
+RL_DIR = f"{R}/rl/{CFG.train.name}"
+RL_SLOTS = CFG.rl.tasks or TOPIC_SLOTS
+RL_SOURCE = f"{R}/micro" if CFG.rl.tasks_from == "micro" else f"{R}/environments"
+
+
+rule train_rl:
+    input:
+        sft=CHECKPOINT,
+        reports=expand(f"{RL_SOURCE}/{{slot}}/report.json", slot=RL_SLOTS),
+        envs=expand(f"{RL_SOURCE}/{{slot}}/verified", slot=RL_SLOTS),
+        proposals=expand(f"{R}/proposals/{{slot}}.json", slot=RL_SLOTS),
+    output:
+        checkpoint=directory(RL_CHECKPOINT),
+        curve=f"{RL_DIR}/curve.json",
+    log:
+        f"{LOGS}/rl/{CFG.train.name}.log",
+    benchmark:
+        f"{BENCH}/rl/{CFG.train.name}.tsv"
+    params:
+        digest=CFG.digest("seed", "sandbox", "rl"),
+        slots=" ".join(RL_SLOTS),
+    resources:
+        gpu=CFG.rl.gpus,
+        mem_mb=CFG.rl.mem_mb,
+        runtime=CFG.rl.runtime_min,
+    threads: CFG.rl.threads
+    shell:
+        gymforge(
+            "train-rl",
+            "--sft {input.sft} --slots {params.slots} --reports {input.reports} --envs {input.envs} "
+            "--proposals {input.proposals} --out {output.checkpoint} --curve-out {output.curve} --log {log}",
+            gpus=True,
+        )
+
+
+rule rl:
+    input:
+        f"{R}/config.json",
+        RL_CHECKPOINT,
+        f"{RL_DIR}/curve.json",

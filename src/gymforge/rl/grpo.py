@@ -1,0 +1,207 @@
+"""A compact GRPO trainer for multi-turn agent episodes.
+
+Why not TRL's `GRPOTrainer` (trl 1.16, the pinned version): it generates the completions itself (its own
+vLLM or transformers generation) and scores one prompt -> completion pair per sample. Its two multi-turn
+hooks do not fit our episodes: `environment_factory` drives tool calls through the chat template's
+tool-calling format (our agent acts through fenced text commands, MLGym's interface, in our sandboxes),
+and `rollout_func` must return one prompt/completion token sequence per sample, which loses the
+per-action structure that duration-aware weighting needs (one weight per action, from the action's
+measured execution time) and bypasses our serving seam and episode runner. So the loss is ours, on top
+of the SFT masking code (the chat template's `{% generation %}` markers, or TRL's training template for
+a template without them: `gymforge.stages.training.check_chat_template`).
+
+One training sample is one model reply ("action") with the exact request the agent loop sent for it
+(`gymforge.stages.sft.requests_of`: elided observations and format-error re-asks included). Per sample:
+
+    ratio_t   = exp(logp_t - logp_old_t)                       on the reply's tokens only (assistant mask)
+    pg_t      = -min(ratio_t * A, clip(ratio_t, 1 - eps, 1 + eps) * A)
+    kl_t      = exp(ref_t - logp_t) - (ref_t - logp_t) - 1       (k3 estimator, >= 0) to the SFT reference
+    loss_k    = mean_t (pg_t + kl_coef * kl_t)
+    loss      = sum_k w_k * loss_k / sum_k w_k
+
+`A` is the episode's group-relative advantage (reward minus the group mean, over the group's standard
+deviation; a group whose rewards are all equal teaches nothing and gets 0). `w_k` is 1, or with
+`duration_aware` the action's execution time (at least `duration_floor_s`) over the batch mean, capped
+at `duration_max_weight`: "RL for MLE agents" multiplies each action's gradient by its duration so quick
+trivial actions do not outweigh slow real training runs.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+from dataclasses import dataclass, field
+from typing import Any, Sequence
+
+
+# ---- advantages and weights -------------------------------------------------------------------------
+
+
+def group_advantages(rewards: Sequence[float], eps: float = 1e-6) -> list[float]:
+    """GRPO: (r - mean) / std within one group; all zeros when the group's rewards are equal."""
+    if not rewards:
+        return []
+    mean = sum(rewards) / len(rewards)
+    std = math.sqrt(sum((r - mean) ** 2 for r in rewards) / len(rewards))
+    if std < eps:
+        return [0.0] * len(rewards)
+    return [(r - mean) / (std + eps) for r in rewards]
+
+
+def duration_weights(durations: Sequence[float], *, enabled: bool, floor_s: float = 1.0,
+                     max_weight: float = 5.0) -> list[float]:
+    """Per-action loss weights: 1 each, or the duration normalised to mean 1 over the batch (then capped)."""
+    if not durations:
+        return []
+    if not enabled:
+        return [1.0] * len(durations)
+    floored = [max(float(d), floor_s, 1e-9) for d in durations]
+    mean = sum(floored) / len(floored)
+    return [min(d / mean, max_weight) for d in floored]
+
+
+# ---- samples ----------------------------------------------------------------------------------------
+
+
+@dataclass
+class ActionSample:
+    """One model reply with the request it answered."""
+
+    request: list[dict[str, str]]
+    response: str
+    duration_s: float
+    episode: int  # index of its episode in the batch
+    advantage: float = 0.0
+    weight: float = 1.0
+    input_ids: list[int] = field(default_factory=list)
+    mask: list[int] = field(default_factory=list)  # 1 on the reply's tokens
+    old_logprobs: Any = None
+    ref_logprobs: Any = None
+
+
+def action_samples(traj: Any, episode: int) -> list[ActionSample]:
+    """Every reply of a trajectory (rejected malformed ones included) with its request and execution time."""
+    from gymforge.stages.sft import KEEP_OBSERVATIONS, requests_of
+
+    requests = requests_of(traj, KEEP_OBSERVATIONS)
+    replies: list[tuple[str, float]] = []
+    for step in traj.trajectory:
+        model_turn = not (step.action.startswith("exit_") and step.thought.startswith("Exit due to"))
+        replies.extend((r["response"], 0.0) for r in step.format_errors)  # ran nothing
+        if model_turn:
+            replies.append((step.response, float(step.execution_time)))
+    if len(requests) != len(replies):  # the two walks disagree: never train on misaligned pairs
+        raise ValueError(f"episode {episode}: {len(requests)} requests but {len(replies)} replies")
+    return [ActionSample(request=req, response=resp, duration_s=dur, episode=episode)
+            for req, (resp, dur) in zip(requests, replies)]
+
+
+def training_template(tokenizer: Any, student: str) -> str | None:
+    """The chat template that yields the assistant mask (None: the tokenizer's own, which has the markers)."""
+    from gymforge.stages.training import check_chat_template
+
+    if check_chat_template(tokenizer, student) == "tokenizer":
+        return None
+    from trl.chat_template_utils import get_training_chat_template
+
+    return get_training_chat_template(tokenizer)
+
+
+def tokenize_sample(tokenizer: Any, request: list[dict[str, str]], response: str, max_length: int,
+                    template: str | None = None) -> tuple[list[int], list[int]]:
+    """(input ids, mask) of request + reply: the mask covers the reply's tokens only (the template's assistant
+    mask, restricted to the last assistant turn). Over-long samples lose the start of the prompt."""
+    messages = [*request, {"role": "assistant", "content": response}]
+    kwargs: dict[str, Any] = {"chat_template": template} if template else {}
+    full = tokenizer.apply_chat_template(messages, tokenize=True, return_dict=True, return_assistant_tokens_mask=True,
+                                         add_generation_prompt=False, **kwargs)
+    prompt = tokenizer.apply_chat_template(request, tokenize=True, return_dict=True, add_generation_prompt=True,
+                                           **kwargs)
+    ids, assistant = list(full["input_ids"]), list(full["assistant_masks"])
+    start = len(prompt["input_ids"])
+    mask = [a if i >= start else 0 for i, a in enumerate(assistant)]
+    if len(ids) > max_length:
+        ids, mask = ids[-max_length:], mask[-max_length:]
+    return ids, mask
+
+
+# ---- log-probs and the loss -------------------------------------------------------------------------
+
+
+def token_logprobs(model: Any, input_ids: list[int]) -> Any:
+    """Log-prob of every token given its prefix (length len(ids) - 1, aligned with ids[1:])."""
+    import torch
+
+    ids = torch.tensor([input_ids], device=model.device)
+    logits = model(input_ids=ids).logits[0, :-1].float()
+    return torch.log_softmax(logits, dim=-1).gather(1, ids[0, 1:, None])[:, 0]
+
+
+def sample_loss(new_lp: Any, old_lp: Any, ref_lp: Any, mask: Any, advantage: float, *, clip_eps: float,
+                kl_coef: float) -> tuple[Any, Any, Any]:
+    """(loss, mean KL, clipped share) of one sample over its masked tokens (tensors aligned with ids[1:])."""
+    import torch
+
+    m = mask.to(new_lp.dtype)
+    n = m.sum().clamp(min=1.0)
+    ratio = torch.exp(new_lp - old_lp)
+    pg = -torch.minimum(ratio * advantage, torch.clamp(ratio, 1 - clip_eps, 1 + clip_eps) * advantage)
+    diff = ref_lp - new_lp
+    kl = torch.exp(diff) - diff - 1
+    loss = ((pg + kl_coef * kl) * m).sum() / n
+    clipped = (((ratio - 1).abs() > clip_eps).to(m.dtype) * m).sum() / n
+    return loss, (kl * m).sum().detach() / n, clipped.detach()
+
+
+def prepare(samples: list[ActionSample], tokenizer: Any, policy: Any, reference: Any, *, max_length: int,
+            template: str | None) -> list[ActionSample]:
+    """Tokenize, then take the sampling policy's and the reference's log-probs; samples without a reply token
+    (cut off by max_length) are dropped."""
+    import torch
+
+    kept = []
+    for s in samples:
+        s.input_ids, s.mask = tokenize_sample(tokenizer, s.request, s.response, max_length, template)
+        if sum(s.mask[1:]) == 0:
+            continue
+        with torch.no_grad():
+            s.old_logprobs = token_logprobs(policy, s.input_ids)
+            s.ref_logprobs = token_logprobs(reference, s.input_ids)
+        kept.append(s)
+    return kept
+
+
+def update(policy: Any, optimizer: Any, samples: list[ActionSample], *, epochs: int, minibatches: int,
+           clip_eps: float, kl_coef: float, max_grad_norm: float, rng: random.Random) -> dict[str, float]:
+    """Clipped policy-gradient steps over prepared samples; returns mean loss, KL and clipped share."""
+    import torch
+
+    totals = {"loss": 0.0, "kl": 0.0, "clipped": 0.0}
+    count = 0
+    if not samples:
+        return {**totals, "samples": 0, "optimizer_steps": 0}
+    steps = 0
+    policy.train()
+    for _ in range(epochs):
+        order = list(range(len(samples)))
+        rng.shuffle(order)
+        size = math.ceil(len(order) / minibatches)
+        for start in range(0, len(order), size):
+            batch = [samples[i] for i in order[start:start + size]]
+            weight_sum = sum(s.weight for s in batch) or 1.0
+            optimizer.zero_grad(set_to_none=True)
+            for s in batch:
+                new_lp = token_logprobs(policy, s.input_ids)
+                mask = torch.tensor(s.mask[1:], device=new_lp.device)
+                loss, kl, clipped = sample_loss(new_lp, s.old_logprobs, s.ref_logprobs, mask, s.advantage,
+                                                clip_eps=clip_eps, kl_coef=kl_coef)
+                (loss * s.weight / weight_sum).backward()
+                totals["loss"] += float(loss)
+                totals["kl"] += float(kl)
+                totals["clipped"] += float(clipped)
+                count += 1
+            torch.nn.utils.clip_grad_norm_(policy.parameters(), max_grad_norm)
+            optimizer.step()
+            steps += 1
+    policy.eval()
+    return {k: v / count for k, v in totals.items()} | {"samples": len(samples), "optimizer_steps": steps}

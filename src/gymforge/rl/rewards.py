@@ -1,0 +1,142 @@
+"""The shaped reward of one RL episode, from honest scores and structured events only.
+
+Inputs are what our own agent loop and evaluation recorded in the `Trajectory`, never text the policy
+printed: `info.score` (one metrics dict per evaluation that read the artefact, appended by the loop after
+the task's own evaluation ran), `info.exit_status` (set by the loop), each step's `exit_code` (from the
+sandbox) and `info.flags` (the suspicious-action audit). A reply that prints "Evaluation Score: 0.99"
+changes none of them.
+
+    reward = improvement_weight * clip(direction * (score - baseline) / scale, -clip, +clip)   (valid submission)
+           + sum of the milestone credits reached
+           + no_submission_penalty                                                            (no valid submission)
+
+- `score` is the priority metric of the final submission (the last score entry: MLGym's Best Submission);
+  `direction` is +1 when higher is better, -1 when lower is better; `scale` is `max(|baseline|,
+  scale_floor)`, so a relative improvement of 10% weighs the same on an accuracy task and a loss task.
+- Milestones (the paper's "+0.1 per milestone", `milestone_*` weights): `ran_code` (a command that ran
+  python exited 0 in the sandbox), `artefact` (the evaluation found the submission artefact: a score
+  entry, or an evaluation that failed only on its format), `evaluated` (the evaluation produced a valid
+  numeric metric), `beat_baseline` (the final submission is strictly better than the baseline).
+- An episode without a valid final submission gets `no_submission_penalty` (the paper: a large failure
+  penalty) and no improvement term.
+- A flagged episode (any audit flag) gets no reward: no milestone credit and no improvement, only the
+  no-submission penalty, so that tripping the audit is never cheaper than failing honestly.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import asdict, dataclass, field
+from typing import Any, Protocol
+
+_PYTHON = re.compile(r"\b(python3?|torchrun|accelerate|deepspeed)\b")
+_LOWER = re.compile(r"\b(lower|smaller|less)\s+is\s+better\b|\bminimi[sz]e\b", re.I)
+_HIGHER = re.compile(r"\b(higher|larger|greater|more)\s+is\s+better\b|\bmaximi[sz]e\b", re.I)
+# metric names that are minimised when a task says nothing about its direction
+_LOWER_NAMES = re.compile(r"(loss|error|rmse|mse|mae|mape|logloss|perplexity|time|regret|distance|wer|cer)", re.I)
+
+
+class RewardWeights(Protocol):
+    improvement_weight: float
+    improvement_clip: float
+    scale_floor: float
+    milestone_ran_code: float
+    milestone_artefact: float
+    milestone_evaluated: float
+    milestone_beat_baseline: float
+    no_submission_penalty: float
+
+
+@dataclass(frozen=True)
+class TaskMetric:
+    """The metric that ranks a task's scores and its baseline value."""
+
+    metric: str
+    higher_is_better: bool
+    baseline: float | None
+
+
+@dataclass
+class Episode:
+    """What the reward reads from one trajectory (all of it recorded by the loop, the evaluation or the audit)."""
+
+    scores: list[dict[str, float]]
+    exit_status: str | None
+    exit_codes: list[tuple[str, int | None]] = field(default_factory=list)  # (action, sandbox exit code) per step
+    flagged: bool = False
+
+    @classmethod
+    def of(cls, traj: Any) -> "Episode":
+        return cls(scores=list(traj.info.score), exit_status=traj.info.exit_status,
+                   exit_codes=[(s.action, s.exit_code) for s in traj.trajectory],
+                   flagged=bool(traj.info.flags))
+
+
+@dataclass
+class Reward:
+    reward: float
+    valid: bool
+    score: float | None
+    improvement: float
+    milestones: dict[str, bool]
+    flagged: bool
+
+    def as_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def metric_direction(metric_text: str) -> tuple[str, bool]:
+    """(metric name, higher_is_better) from a proposal's metric text such as "rmse (lower is better)"."""
+    name = re.split(r"[\s(]", metric_text.strip(), maxsplit=1)[0] if metric_text.strip() else ""
+    if _LOWER.search(metric_text):
+        return name, False
+    if _HIGHER.search(metric_text):
+        return name, True
+    return name, not _LOWER_NAMES.search(name)
+
+
+def _number(value: Any) -> float | None:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+        return None
+    return float(value)
+
+
+def _value(entry: dict[str, Any], metric: str) -> float | None:
+    """The priority metric of a score entry; a task whose entries name it differently uses its only metric."""
+    if metric in entry:
+        return _number(entry[metric])
+    numbers = [v for v in map(_number, entry.values()) if v is not None]
+    return numbers[0] if len(numbers) == 1 else None
+
+
+def improvement(score: float, task: TaskMetric, scale_floor: float) -> float:
+    """Signed improvement over the baseline, relative to the baseline's magnitude (positive: better)."""
+    if task.baseline is None:
+        return 0.0
+    direction = 1.0 if task.higher_is_better else -1.0
+    return direction * (score - task.baseline) / max(abs(task.baseline), scale_floor)
+
+
+def episode_reward(episode: Episode, task: TaskMetric, weights: RewardWeights) -> Reward:
+    status = episode.exit_status or ""
+    final = episode.scores[-1] if episode.scores and not status.startswith(
+        ("submission_not_found", "evaluation_format_error")) else None
+    score = _value(final, task.metric) if final is not None else None
+    valid = score is not None
+    evaluated = any(_value(e, task.metric) is not None for e in episode.scores)
+    milestones = {
+        "ran_code": any(code == 0 and _PYTHON.search(action) for action, code in episode.exit_codes),
+        "artefact": bool(episode.scores) or status.startswith("evaluation_format_error"),
+        "evaluated": evaluated,
+        "beat_baseline": valid and improvement(score, task, weights.scale_floor) > 0,  # type: ignore[arg-type]
+    }
+    if episode.flagged:
+        return Reward(weights.no_submission_penalty, False, score, 0.0, milestones, True)
+    gain = 0.0
+    if valid:
+        raw = improvement(score, task, weights.scale_floor)  # type: ignore[arg-type]
+        gain = max(-weights.improvement_clip, min(weights.improvement_clip, raw))
+    credit = sum(getattr(weights, f"milestone_{name}") for name, hit in milestones.items() if hit)
+    total = weights.improvement_weight * gain + credit + (0.0 if valid else weights.no_submission_penalty)
+    return Reward(round(total, 6), valid, score, gain, milestones, False)

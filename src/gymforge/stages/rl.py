@@ -1,0 +1,308 @@
+"""Stage 3.9: on-policy RL of the SFT student on (micro-scale) verified tasks; rule `train_rl`, target `rl`.
+
+`train_rl(cfg, sft_checkpoint, tasks, checkpoint_out, curve_out)` runs `rl.iterations` iterations of:
+
+1. serve the current policy through the benchmark's serving seam (`open_endpoint`: transformers on CPU,
+   vLLM on GPUs) under a name that changes every iteration (no cached reply of an older policy is reused);
+2. for `rl.tasks_per_iteration` tasks (round-robin over the RL tasks), run `rl.group_size` episodes each
+   through the shared `EpisodeRunner` (same sandboxes, agent loop, evaluation and audit as everywhere);
+   a share `rl.improve_fraction` of them starts from the task's best previous solution with the
+   improve prompt (`gymforge.rl.rollouts`);
+3. score every episode (`gymforge.rl.rewards`), compute group-relative advantages per task, and update
+   the policy with the clipped, KL-penalised, optionally duration-weighted loss (`gymforge.rl.grpo`) on the
+   reply tokens of every request the loop sent;
+4. write the iteration's checkpoint (`<out>/../.work/iter_<k>/`, with the optimizer state), the state
+   file, and one row of `curve.json`, each atomically.
+
+Resume: `.work/state.json` names the last finished iteration; a rerun (after kill -9 too) loads that
+iteration's checkpoint and optimizer and goes on with the next one, as long as its fingerprint (the
+`seed` and `rl` config, the SFT checkpoint and the task list) is unchanged; otherwise it starts over.
+Every iteration's seeds derive from (seed, iteration, slot, episode), so a resumed run draws what an
+uninterrupted one would. The declared outputs (the final checkpoint folder and `curve.json`) are
+written at the end; `curve.json` is also rewritten after every iteration for watching a run.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import random
+import shutil
+import time
+from pathlib import Path
+from typing import Any, Callable
+
+from gymforge.core import atomic
+from gymforge.core.config import EndpointConfig, GymforgeConfig, ModelSpec
+from gymforge.core.records import derive_seed, text_hash
+from gymforge.rl.rewards import Episode, episode_reward
+
+log = logging.getLogger("gymforge.rl")
+
+STATE = "state.json"
+CURVE_FIELDS = ("iteration", "mean_reward", "valid_share", "mean_duration_s", "kl")
+
+
+def work_dir(checkpoint_out: Path) -> Path:
+    return Path(checkpoint_out).parent / ".work"
+
+
+def iteration_dir(work: Path, iteration: int) -> Path:
+    return work / f"iter_{iteration:04d}"
+
+
+def fingerprint(cfg: GymforgeConfig, sft_checkpoint: Path, slots: list[str]) -> str:
+    from gymforge.stages.evaluation import checkpoint_tag
+
+    return text_hash(cfg.digest("seed", "rl") + checkpoint_tag(str(sft_checkpoint)) + ",".join(slots))
+
+
+def plan_iteration(cfg: GymforgeConfig, iteration: int, tasks: list[Any], best: dict[str, Any],
+                   improve_root: Path) -> list[Any]:
+    """The episodes of one iteration: which tasks, which seeds, which start from the best solution."""
+    from gymforge.rl.rollouts import EpisodePlan, improve_variant
+
+    rl = cfg.rl
+    n = min(rl.tasks_per_iteration, len(tasks))
+    chosen = [tasks[(iteration * n + j) % len(tasks)] for j in range(n)]
+    plans = []
+    seed = cfg.seed if rl.seed is None else rl.seed
+    for task in chosen:
+        improving = round(rl.group_size * rl.improve_fraction) if task.slot in best else 0
+        for k in range(rl.group_size):
+            improve = k < improving
+            yaml_path, root = task.task_yaml, task.tree
+            if improve:
+                yaml_path = improve_variant(task, best[task.slot], improve_root)
+                root = yaml_path.parents[2]
+            plans.append(EpisodePlan(episode_id=f"i{iteration:04d}-{task.slot}-e{k}", task=task,
+                                     seed=derive_seed(seed, "rl", iteration, task.slot, k), improve=improve,
+                                     task_yaml=yaml_path, root=root))
+    return plans
+
+
+def serve_and_collect(cfg: GymforgeConfig, policy_dir: Path, iteration: int, plans: list[Any], work: Path,
+                      log_file: Path | None) -> list[tuple[Any, Any, float]]:
+    """Serve `policy_dir` (the benchmark's seam) and run the planned episodes against it."""
+    from gymforge.llm.client import LLMClient
+    from gymforge.llm.serving import open_endpoint
+    from gymforge.stages.datasets import cache_root
+    from gymforge.stages.evaluation import checkpoint_tag
+    from gymforge.tasks.episode import EpisodeRunner, limits_of, sandbox_for
+    from gymforge.rl.rollouts import run_episodes
+
+    rl = cfg.rl
+    serving = cfg.evaluate.serving.model_copy(update={"max_new_tokens": rl.max_new_tokens,
+                                                      "temperature": rl.temperature, "gpus": rl.gpus})
+    served_cfg = cfg.model_copy(update={"evaluate": cfg.evaluate.model_copy(update={"serving": serving})})
+    spec = ModelSpec(name="student-rl", source="checkpoint", model=str(policy_dir))
+    served = f"student-rl-i{iteration}-{checkpoint_tag(str(policy_dir))}"
+    runner = EpisodeRunner(sandbox_for(cfg, 0), limits_of(cfg), cache_root(cfg))
+    with open_endpoint(served_cfg, spec, checkpoint=str(policy_dir), served_name=served, log=log_file) as endpoint:
+        config = EndpointConfig(provider="local", base_url=endpoint.base_url, model=endpoint.model,
+                                temperature=rl.temperature, max_tokens=rl.max_new_tokens,
+                                concurrency=rl.concurrency)
+        llm = LLMClient(config, stage="rl", cache_dir=cfg.cache / "llm", ledger_dir=cfg.results / "llm",
+                        budget_usd=cfg.llm.budget_usd, base_url=endpoint.base_url)
+
+        async def go() -> list[tuple[Any, Any, float]]:
+            try:
+                return await run_episodes(runner, llm, plans, max_steps=rl.max_steps, concurrency=rl.concurrency,
+                                          work=work / "episodes")
+            finally:
+                await llm.aclose()
+
+        return asyncio.run(go())
+
+
+Collector = Callable[[Path, int, list[Any]], list[tuple[Any, Any, float]]]
+
+
+def _load_state(work: Path, stamp: str) -> dict[str, Any]:
+    path = work / STATE
+    if path.exists():
+        try:
+            state = json.loads(path.read_text())
+        except ValueError:
+            state = {}
+        finished = state.get("finished", 0)
+        if state.get("fingerprint") == stamp and (finished == 0 or iteration_dir(work, finished).exists()):
+            return state
+        log.info("RL state in %s is from other settings: starting over", work)
+    shutil.rmtree(work, ignore_errors=True)
+    return {"fingerprint": stamp, "finished": 0, "best": {}, "curve": []}
+
+
+def _save_checkpoint(policy: Any, optimizer: Any, sft_checkpoint: Path, dest: Path) -> None:
+    import torch
+
+    tmp = dest.with_name(dest.name + ".tmp")
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir(parents=True)
+    for f in Path(sft_checkpoint).iterdir():  # tokenizer, chat template, generation config
+        if f.is_file() and not f.name.endswith((".safetensors", ".bin", ".pt", ".png", ".jsonl")) \
+                and f.name != "train_report.json":
+            shutil.copy2(f, tmp / f.name)
+    policy.save_pretrained(str(tmp))
+    torch.save(optimizer.state_dict(), tmp / "optimizer.pt")
+    shutil.rmtree(dest, ignore_errors=True)
+    tmp.rename(dest)
+
+
+def _mean(xs: list[float]) -> float:
+    return sum(xs) / len(xs) if xs else 0.0
+
+
+def _curve_row(iteration: int, scored: list[dict[str, Any]], stats: dict[str, float], wall_s: float) -> dict[str, Any]:
+    durations = [d for e in scored for d in e["durations"]]
+    rewards = [e["reward"] for e in scored]
+    by_task: dict[str, list[float]] = {}
+    for e in scored:
+        by_task.setdefault(e["slot"], []).append(e["reward"])
+    milestones = {}
+    for name in ("ran_code", "artefact", "evaluated", "beat_baseline"):
+        milestones[name] = round(sum(e["milestones"][name] for e in scored) / max(len(scored), 1), 4)
+    return {
+        "iteration": iteration,
+        "mean_reward": round(_mean(rewards), 6),
+        "valid_share": round(_mean([1.0 if e["valid"] else 0.0 for e in scored]), 4),
+        "mean_duration_s": round(_mean(durations), 4),
+        "kl": round(stats.get("kl", 0.0), 6),
+        "loss": round(stats.get("loss", 0.0), 6),
+        "clipped_share": round(stats.get("clipped", 0.0), 4),
+        "episodes": len(scored),
+        "improve_episodes": sum(1 for e in scored if e["improve"]),
+        "flagged": sum(1 for e in scored if e["flagged"]),
+        "samples": int(stats.get("samples", 0)),
+        "optimizer_steps": int(stats.get("optimizer_steps", 0)),
+        "milestone_shares": milestones,
+        "task_mean_reward": {k: round(_mean(v), 6) for k, v in by_task.items()},
+        "wall_s": round(wall_s, 2),
+    }
+
+
+def write_curve(path: Path, rows: list[dict[str, Any]], meta: dict[str, Any]) -> None:
+    atomic.write_json(path, {"iterations": rows, **meta})
+
+
+def quarter_means(rows: list[dict[str, Any]]) -> tuple[float, float] | None:
+    """Mean reward of the first and of the last quarter of the iterations (at least one each)."""
+    if len(rows) < 2:
+        return None
+    q = max(1, len(rows) // 4)
+    first = [r["mean_reward"] for r in rows[:q]]
+    last = [r["mean_reward"] for r in rows[-q:]]
+    return sum(first) / len(first), sum(last) / len(last)
+
+
+def train_rl(cfg: GymforgeConfig, sft_checkpoint: Path, tasks: list[Any], checkpoint_out: Path, curve_out: Path,
+             *, collect: Collector | None = None, log_file: Path | None = None) -> dict[str, Any]:
+    """Run (or resume) the RL iterations; write the final checkpoint and curve.json. Returns the curve."""
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from gymforge.rl import grpo
+    from gymforge.rl.rollouts import solution_actions
+
+    rl = cfg.rl
+    torch.set_num_threads(rl.threads)
+    sft_checkpoint, checkpoint_out, curve_out = Path(sft_checkpoint), Path(checkpoint_out), Path(curve_out)
+    tasks = [t for t in tasks if t is not None]
+    if not tasks:
+        raise RuntimeError("no verified RL task: nothing to train on (check rl.tasks and the verification reports)")
+    slots = [t.slot for t in tasks]
+    work = work_dir(checkpoint_out)
+    stamp = fingerprint(cfg, sft_checkpoint, slots)
+    state = _load_state(work, stamp)
+    work.mkdir(parents=True, exist_ok=True)
+    seed = cfg.seed if rl.seed is None else rl.seed
+    meta = {"student": cfg.train.name, "tasks": slots, "group_size": rl.group_size,
+            "tasks_per_iteration": rl.tasks_per_iteration, "duration_aware": rl.duration_aware,
+            "improve_fraction": rl.improve_fraction}
+
+    tokenizer = AutoTokenizer.from_pretrained(str(sft_checkpoint))
+    template = grpo.training_template(tokenizer, cfg.train.student)
+    reference = AutoModelForCausalLM.from_pretrained(str(sft_checkpoint), dtype=torch.float32).eval()
+    for p in reference.parameters():
+        p.requires_grad_(False)
+    start = state["finished"]
+    policy_dir = iteration_dir(work, start) if start else sft_checkpoint
+    if start:
+        log.info("resuming after iteration %d (checkpoint %s)", start - 1, policy_dir)
+    policy = AutoModelForCausalLM.from_pretrained(str(policy_dir), dtype=torch.float32).eval()
+    optimizer = torch.optim.AdamW(policy.parameters(), lr=rl.learning_rate, weight_decay=0.0)
+    if start and (policy_dir / "optimizer.pt").exists():
+        optimizer.load_state_dict(torch.load(policy_dir / "optimizer.pt", weights_only=True))
+    collect = collect or (lambda d, it, plans: serve_and_collect(cfg, d, it, plans, work, log_file))
+
+    for iteration in range(start, rl.iterations):
+        t0 = time.monotonic()
+        torch.manual_seed(derive_seed(seed, "rl-torch", iteration))
+        plans = plan_iteration(cfg, iteration, tasks, state["best"], work / "improve")
+        results = collect(policy_dir, iteration, plans)
+        scored, samples = [], []
+        for index, (plan, traj, wall) in enumerate(results):
+            if traj is None:
+                continue
+            r = episode_reward(Episode.of(traj), plan.task.metric, rl.reward)
+            actions = [s for s in traj.trajectory if not s.action.startswith("exit_")]
+            scored.append({"episode_id": plan.episode_id, "slot": plan.task.slot, "improve": plan.improve,
+                           "exit_status": traj.info.exit_status, "steps": len(actions), "wall_s": round(wall, 2),
+                           "durations": [round(s.execution_time, 3) for s in actions], **r.as_dict()})
+            episode_samples = grpo.action_samples(traj, len(scored) - 1)
+            samples.extend(episode_samples)
+            best = state["best"].get(plan.task.slot)
+            if r.valid and not r.flagged and (best is None or r.reward > best["reward"]):
+                state["best"][plan.task.slot] = {"episode_id": plan.episode_id, "reward": r.reward,
+                                                 "score": {plan.task.metric.metric: r.score},
+                                                 "actions": solution_actions(traj)}
+        # group-relative advantages: the episodes of one task in this iteration form a group
+        groups: dict[str, list[int]] = {}
+        for i, e in enumerate(scored):
+            groups.setdefault(e["slot"], []).append(i)
+        advantage = [0.0] * len(scored)
+        for members in groups.values():
+            for i, a in zip(members, grpo.group_advantages([scored[i]["reward"] for i in members])):
+                advantage[i] = a
+        weights = grpo.duration_weights([s.duration_s for s in samples], enabled=rl.duration_aware,
+                                        floor_s=rl.duration_floor_s, max_weight=rl.duration_max_weight)
+        for s, w in zip(samples, weights):
+            s.advantage, s.weight = advantage[s.episode], w
+        samples = [s for s in samples if s.advantage != 0.0]  # nothing to learn from a zero advantage
+        samples = grpo.prepare(samples, tokenizer, policy, reference, max_length=rl.max_length, template=template)
+        stats = grpo.update(policy, optimizer, samples, epochs=rl.epochs, minibatches=rl.minibatches,
+                            clip_eps=rl.clip_eps, kl_coef=rl.kl_coef, max_grad_norm=rl.max_grad_norm,
+                            rng=random.Random(derive_seed(seed, "rl-update", iteration)))
+        row = _curve_row(iteration, scored, stats, time.monotonic() - t0)
+        for e, a in zip(scored, advantage):
+            e["advantage"] = round(a, 6)
+        atomic.write_json(work / "episodes" / f"iteration_{iteration:04d}.json", scored)
+        policy_dir = iteration_dir(work, iteration + 1)
+        _save_checkpoint(policy, optimizer, sft_checkpoint, policy_dir)
+        state["curve"].append(row)
+        state["finished"] = iteration + 1
+        atomic.write_json(work / STATE, state)
+        write_curve(curve_out, state["curve"], meta)
+        for old in range(0, iteration + 1 - rl.keep_checkpoints + 1):
+            shutil.rmtree(iteration_dir(work, old), ignore_errors=True)
+        log.info("iteration %d: mean reward %.3f, valid %.0f%%, kl %.4f, %d samples, %.0fs", iteration,
+                 row["mean_reward"], 100 * row["valid_share"], row["kl"], row["samples"], row["wall_s"])
+
+    final = iteration_dir(work, state["finished"])
+    tmp = checkpoint_out.with_name(checkpoint_out.name + ".tmp")
+    shutil.rmtree(tmp, ignore_errors=True)
+    shutil.copytree(final, tmp, ignore=shutil.ignore_patterns("optimizer.pt"))
+    shutil.rmtree(checkpoint_out, ignore_errors=True)
+    tmp.rename(checkpoint_out)
+    quarters = quarter_means(state["curve"])
+    if quarters:
+        meta["first_quarter_mean_reward"], meta["last_quarter_mean_reward"] = (round(q, 6) for q in quarters)
+    write_curve(curve_out, state["curve"], meta)
+    return json.loads(curve_out.read_text())
+
+
+def load_tasks(slots: list[str], reports: list[Path], envs: list[Path], proposals: list[Path]) -> list[Any]:
+    from gymforge.rl.rollouts import load_task
+
+    return [load_task(s, r, e, p) for s, r, e, p in zip(slots, reports, envs, proposals)]
