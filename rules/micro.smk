@@ -1,0 +1,31 @@
+# Stage 3.9a: micro-scale variants of the verified tasks (SandMLE), the RL environments.
+
+
+rule micro_task:
+    input:
+        report=f"{R}/environments/{{slot}}/report.json",
+        env=f"{R}/environments/{{slot}}/verified",
+    output:
+        report=f"{R}/micro/{{slot}}/report.json",
+        env=directory(f"{R}/micro/{{slot}}/verified"),
+    log:
+        f"{LOGS}/micro/{{slot}}.log",
+    benchmark:
+        f"{BENCH}/micro/{{slot}}.tsv"
+    params:
+        digest=CFG.digest("seed", "sandbox", "micro"),
+    resources:
+        mem_mb=CFG.sandbox.memory_mb + 1024,
+        runtime=30,
+    shell:
+        gymforge(
+            "micro-task",
+            "--slot {wildcards.slot} --report {input.report} --env {input.env} "
+            "--report-out {output.report} --env-out {output.env}",
+        )
+
+
+rule micro:
+    input:
+        f"{R}/config.json",
+        expand(f"{R}/micro/{{slot}}/report.json", slot=TOPIC_SLOTS),
