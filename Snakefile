@@ -1,6 +1,6 @@
 # gymforge: topics -> validated tasks -> ... (see README). Rules are thin; logic lives in src/gymforge.
-from gymforge.config import validate_config
-from gymforge.locks import clear_stale_locks
+from gymforge.core.config import validate_config
+from gymforge.core.locks import clear_stale_locks
 
 
 configfile: "config.yaml"
@@ -23,8 +23,12 @@ include: "rules/proposals.smk"
 include: "rules/datasets.smk"
 include: "rules/generation.smk"
 include: "rules/verification.smk"
-include: "rules/trajectories.smk"
+include: "rules/micro.smk"
+include: "rules/rollouts.smk"
+include: "rules/sft.smk"
 include: "rules/training.smk"
+include: "rules/rl.smk"
+include: "rules/evaluation.smk"
 include: "rules/scores.smk"
 
 

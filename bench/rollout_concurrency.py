@@ -32,9 +32,9 @@ sys.path.insert(0, str(REPO / "tests"))
 
 from loopback import Answer, LoopbackServer, completion  # noqa: E402
 
-from gymforge.config import GymforgeConfig  # noqa: E402
-from gymforge.specs import VerificationReport  # noqa: E402
-from gymforge.stages.rollouts import run_shard  # noqa: E402
+from gymforge.core.config import GymforgeConfig  # noqa: E402
+from gymforge.core.records import VerificationReport  # noqa: E402
+from gymforge.stages.rollouts import rollout_shard  # noqa: E402
 
 FIXTURE = REPO / "tests" / "fixtures" / "mlgym"
 SLOT = "t0000"
@@ -91,7 +91,7 @@ def run_once(work: Path, url: str, rollouts: int, concurrency: int) -> tuple[flo
     report, verified = make_environment(work)
     cfg = config(work, url, rollouts, concurrency)
     t0 = time.perf_counter()
-    shard = run_shard(cfg, SLOT, 0, report, verified, work / "results" / "trajectories" / SLOT / "shard_0000.json")
+    shard = rollout_shard(cfg, SLOT, 0, report, verified, work / "results" / "trajectories" / SLOT / "shard_0000.json")
     return time.perf_counter() - t0, shard
 
 

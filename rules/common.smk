@@ -4,9 +4,9 @@ import shlex
 from pathlib import Path
 import sys
 
-from gymforge import atomic
+from gymforge.core import atomic
 from gymforge.benchmark.suite import load_benchmark
-from gymforge.hub.prefetch import (
+from gymforge.stages.datasets import (
     KEY_PATTERN,
     MANIFEST,
     cache_root,
@@ -15,22 +15,21 @@ from gymforge.hub.prefetch import (
     proposal_dataset_ids,
     task_dataset_ids,
 )
-from gymforge.specs import text_hash
-from gymforge.stages.evaluation import SERVED_SOURCES, model_spec
-from gymforge.stages.topics import batch_id, batch_of_slot, slot_id
+from gymforge.core.plan import SERVED_SOURCES, batch_id, batch_ids, batch_of_slot, model_spec, slot_ids
+from gymforge.core.records import text_hash
 
 # The interpreter running Snakemake also runs the jobs, so rules never depend on PATH.
 GYMFORGE = f"{shlex.quote(sys.executable)} -m gymforge"
 R = CFG.results_dir
 LOGS = f"{R}/logs"
 BENCH = f"{R}/benchmarks"
-TOPIC_SLOTS = [slot_id(i) for i in range(CFG.topics.n)]
-N_BATCHES = -(-CFG.topics.n // CFG.topics.batch_size)
-TOPIC_BATCHES = [batch_id(i) for i in range(N_BATCHES)]
+TOPIC_SLOTS = slot_ids(CFG)
+TOPIC_BATCHES = batch_ids(CFG)
 OFFLINE_STUDENT = CFG.train.student == "offline"
 # Offline the student's base is built by a rule; otherwise it is the hub id or local path itself.
 STUDENT_BASE = f"{R}/student/base" if OFFLINE_STUDENT else CFG.train.student
 CHECKPOINT = f"{R}/checkpoints/{CFG.train.name}"
+RL_CHECKPOINT = f"{R}/rl/{CFG.train.name}/checkpoint"  # rule train_rl (rules/rl.smk)
 DATASET_CACHE = str(cache_root(CFG))
 
 
@@ -53,6 +52,19 @@ def _resolved_config_path():
 CONFIG_JSON = _resolved_config_path()
 
 
+def gymforge(verb, args, *, config=True, gpus=False, launcher=None):
+    """The shell command of a step: `gymforge <verb> <args>`, logging to the rule's log, reading the resolved
+    config. `gpus`: run under `gymforge with-gpus`, which leases the job's GPUs. `launcher`: a command line
+    that already ends in `gymforge <verb>` (`accelerate launch ... -m gymforge train-student`).
+
+    Built at parse time, so a shell directive refers to nothing outside its rule (`snakemake --lint`). The
+    config path is deliberately not a param: it changes with every config edit, while the rules' digest
+    params (`CFG.digest(...)`) rerun exactly the jobs whose slice of the config changed."""
+    step = launcher or (f"{GYMFORGE} {verb}" if gpus else f"{GYMFORGE} --log {{log}} {verb}")
+    command = f"{step} --config {shlex.quote(CONFIG_JSON)} {args}" if config else f"{step} {args}"
+    return f"{GYMFORGE} --log {{log}} with-gpus {{resources.gpu}} -- {command}" if gpus else command
+
+
 def previous_batch(wildcards):
     """Topic batches are chained: each prompt lists the topics already sampled."""
     index = int(wildcards.batch[1:])
@@ -70,12 +82,14 @@ def model_checkpoint(wildcards):
         return CHECKPOINT
     if spec.source == "student-base":
         return STUDENT_BASE
+    if spec.source == "student-rl":
+        return RL_CHECKPOINT
     return spec.model if spec.source == "checkpoint" else ""
 
 
 def built_checkpoint(wildcards):
     path = model_checkpoint(wildcards)
-    return [path] if path in (CHECKPOINT, f"{R}/student/base") else []
+    return [path] if path in (CHECKPOINT, RL_CHECKPOINT, f"{R}/student/base") else []
 
 
 def dataset_targets(ids):

@@ -1,5 +1,5 @@
 # Hub datasets that tasks load by id instead of carrying a local copy: each is fetched once, on the host,
-# into the dataset cache that sandboxes mount read-only (gymforge.hub.prefetch). One target per dataset id.
+# into the dataset cache that sandboxes mount read-only (gymforge.stages.datasets). One target per dataset id.
 
 
 rule fetch_dataset:
@@ -16,7 +16,10 @@ rule fetch_dataset:
         mem_mb=4096,
         runtime=120,
     shell:
-        "{GYMFORGE} --log {log} prefetch-dataset --config {CONFIG_JSON} --dataset-id {params.dataset_id} --out {output} "
+        gymforge(
+            "fetch-dataset",
+            "--dataset-id {params.dataset_id} --out {output}",
+        )
 
 
 rule datasets:

@@ -11,8 +11,10 @@ rule task_configs:
     params:
         digest=CFG.digest("seed", "teacher", "generation"),
     shell:
-        "{GYMFORGE} --log {log} write-configs --config {CONFIG_JSON} --slot {wildcards.slot} "
-        "--proposal {input.proposal} --out {output}"
+        gymforge(
+            "task-configs",
+            "--slot {wildcards.slot} --proposal {input.proposal} --out {output}",
+        )
 
 
 rule starter_code:
@@ -32,8 +34,11 @@ rule starter_code:
         mem_mb=2048,
         runtime=10,
     shell:
-        "{GYMFORGE} --log {log} write-code --config {CONFIG_JSON} --slot {wildcards.slot} --proposal {input.proposal} "
-        "--configs {input.configs} --status-out {output.status} --tree-out {output.tree}"
+        gymforge(
+            "starter-code",
+            "--slot {wildcards.slot} --proposal {input.proposal} --configs {input.configs} --status-out "
+            "{output.status} --tree-out {output.tree}",
+        )
 
 
 rule tasks:

@@ -12,5 +12,7 @@ checkpoint proposal:
     params:
         digest=CFG.digest("seed", "teacher", "datasets", "proposals"),
     shell:
-        "{GYMFORGE} --log {log} propose --config {CONFIG_JSON} --slot {wildcards.slot} "
-        "--batch-file {input.batch} --out {output}"
+        gymforge(
+            "proposal",
+            "--slot {wildcards.slot} --batch-file {input.batch} --out {output}",
+        )

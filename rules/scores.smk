@@ -1,58 +1,4 @@
-# Stage 3.8: every model in evaluate.models runs every benchmark task runs_per_task times (one job per
-# model and task), after a decontamination check of the benchmark against the synthesized tasks; then
-# Best Attempt / Best Submission, AUP and the plots.
-from gymforge.benchmark.suite import load_benchmark
-from gymforge.stages.evaluation import run_ids
-
-BENCHMARK = load_benchmark(CFG.evaluate)
-BENCHMARK_TASKS = [t.id for t in BENCHMARK]
-TASK_GPUS = {t.id: t.gpus for t in BENCHMARK}  # a GPU task's job declares (and leases) its GPUs
-EVAL_MODELS = [m.name for m in CFG.evaluate.models]
-SCORES = f"{R}/scores"
-EVAL_RECORDS = expand(f"{SCORES}/runs/{{model}}/{{task}}.json", model=EVAL_MODELS, task=BENCHMARK_TASKS)
-
-
-wildcard_constraints:
-    model=r"[A-Za-z0-9][A-Za-z0-9.-]*",
-
-
-rule decontamination:
-    input:
-        envs=expand(f"{R}/environments/{{slot}}/verified", slot=TOPIC_SLOTS),
-        proposals=expand(f"{R}/proposals/{{slot}}.json", slot=TOPIC_SLOTS),
-    output:
-        f"{SCORES}/decontamination.json",
-    log:
-        f"{LOGS}/scores/decontamination.log",
-    params:
-        digest=CFG.digest("evaluate"),
-    shell:
-        "{GYMFORGE} --log {log} decontamination --config {CONFIG_JSON} --synthesized {input.envs} --proposals {input.proposals} "
-        "--out {output}"
-
-
-rule eval_runs:
-    input:
-        checkpoint=built_checkpoint,
-        decontamination=f"{SCORES}/decontamination.json",
-    output:
-        f"{SCORES}/runs/{{model}}/{{task}}.json",
-    log:
-        f"{LOGS}/scores/{{model}}/{{task}}.log",
-    benchmark:
-        f"{BENCH}/scores/{{model}}/{{task}}.tsv"
-    params:
-        digest=CFG.digest("seed", "sandbox", "evaluate"),
-        spec=lambda w: model_spec(CFG, w.model).model_dump_json(),
-        runs=",".join(map(str, run_ids(CFG))),
-        checkpoint=lambda w: f"--checkpoint {shlex.quote(model_checkpoint(w))}" if model_checkpoint(w) else "",
-    resources:
-        gpu=lambda w: (CFG.evaluate.serving.gpus if served_model(w.model) else 0) + TASK_GPUS[w.task],
-        mem_mb=CFG.evaluate.mem_mb,
-        runtime=CFG.evaluate.runtime_min,
-    shell:
-        "{GYMFORGE} --log {log} with-gpus {resources.gpu} -- {GYMFORGE} eval-runs --config {CONFIG_JSON} --model {wildcards.model} --task {wildcards.task} "
-        "--runs {params.runs} {params.checkpoint} --log {log} --out {output}"
+# Stage 3.8b: Best Attempt / Best Submission, AUP with intervals and the plots; the run summary; target `scores`.
 
 
 rule score_table:
@@ -68,23 +14,35 @@ rule score_table:
     log:
         f"{LOGS}/scores/table.log",
     shell:
-        "{GYMFORGE} --log {log} score-table --config {CONFIG_JSON} --records {input} --aup-out {output.aup} "
-        "--scores-out {output.scores} --replies-out {output.replies} --violins-out {output.violins} "
-        "--bars-out {output.bars} --profiles-out {output.profiles}"
+        gymforge(
+            "score-table",
+            "--records {input} --aup-out {output.aup} --scores-out {output.scores} --replies-out "
+            "{output.replies} --violins-out {output.violins} --bars-out {output.bars} --profiles-out "
+            "{output.profiles}",
+        )
 
 
 rule run_summary:
     input:
-        rules.score_table.output,
-        CHECKPOINT,
+        # The funnel reads every stage's records (gymforge.tools.status.collect); besides these it reads the
+        # LLM ledger and the jobs' failure records, which are logs every job appends to, not rule outputs.
+        f"{R}/config.json",
+        expand(f"{R}/topics/batches/{{batch}}.json", batch=TOPIC_BATCHES),
+        expand(f"{R}/proposals/{{slot}}.json", slot=TOPIC_SLOTS),
+        expand(f"{R}/configs/{{slot}}.json", slot=TOPIC_SLOTS),
+        expand(f"{R}/tasks/{{slot}}/status.json", slot=TOPIC_SLOTS),
+        expand(f"{R}/environments/{{slot}}/report.json", slot=TOPIC_SLOTS),
+        SHARD_FILES,
         f"{SFT}/stats.json",
+        CHECKPOINT,
+        rules.score_table.output,
     output:
         html=report(f"{R}/report/summary.html", caption="../report/summary.rst", category="1. Funnel"),
         png=report(f"{R}/report/funnel.png", caption="../report/funnel.rst", category="1. Funnel"),
     log:
         f"{LOGS}/report/summary.log",
     shell:
-        "{GYMFORGE} --log {log} run-summary --results {R} --html-out {output.html} --png-out {output.png}"
+        gymforge("run-summary", f"--results {R} --html-out {{output.html}} --png-out {{output.png}}", config=False)
 
 
 rule scores:

@@ -11,8 +11,10 @@ rule topic_batch:
     params:
         digest=CFG.digest("seed", "teacher", "topics"),
     shell:
-        "{GYMFORGE} --log {log} sample-topics --config {CONFIG_JSON} --batch {wildcards.batch} "
-        "--previous '{input}' --out {output}"
+        gymforge(
+            "topic-batch",
+            "--batch {wildcards.batch} --previous {input} --out {output}",
+        )
 
 
 rule topics:

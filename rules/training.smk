@@ -1,5 +1,5 @@
 # Stage 3.7: the student's base model (offline: a tiny random-init Qwen3) and its SFT with TRL.
-from gymforge.training import launch_command
+from gymforge.stages.training import launch_command
 
 
 rule student_base:
@@ -13,7 +13,10 @@ rule student_base:
         digest=CFG.digest("seed", "student"),
         tiny=CFG.train.tiny.model_dump_json(),
     shell:
-        "{GYMFORGE} --log {log} student-base --config {CONFIG_JSON} --tokenizer {input.tokenizer} --out {output}"
+        gymforge(
+            "student-base",
+            "--tokenizer {input.tokenizer} --out {output}",
+        )
 
 
 rule train_student:
@@ -29,7 +32,7 @@ rule train_student:
         f"{BENCH}/checkpoints/{CFG.train.name}.tsv"
     params:
         digest=CFG.digest("seed", "train"),
-        # python -m gymforge train, or accelerate launch with the strategy's config for several GPUs
+        # python -m gymforge train-student, or accelerate launch with the strategy's config for several GPUs
         launch=shlex.join(launch_command(CFG, [])),
         base=STUDENT_BASE,
     resources:
@@ -37,8 +40,12 @@ rule train_student:
         mem_mb=CFG.train.mem_mb,
         runtime=CFG.train.runtime_min,
     shell:
-        "{GYMFORGE} --log {log} with-gpus {resources.gpu} -- {params.launch} --config {CONFIG_JSON} --dataset {input.dataset} --base {params.base} "
-        "--tokenizer {input.tokenizer} --out {output}"
+        gymforge(
+            "train-student",
+            "--dataset {input.dataset} --base {params.base} --tokenizer {input.tokenizer} --out {output}",
+            gpus=True,
+            launcher="{params.launch}",
+        )
 
 
 rule checkpoints:

@@ -21,9 +21,11 @@ rule verify_environment:
         mem_mb=CFG.sandbox.memory_mb + 1024,
         runtime=60,
     shell:
-        "{GYMFORGE} --log {log} verify --config {CONFIG_JSON} --slot {wildcards.slot} --proposal {input.proposal} "
-        "--configs {input.configs} --code {input.code} --tree {input.tree} "
-        "--report-out {output.report} --env-out {output.env}"
+        gymforge(
+            "verify-environment",
+            "--slot {wildcards.slot} --proposal {input.proposal} --configs {input.configs} --code "
+            "{input.code} --tree {input.tree} --report-out {output.report} --env-out {output.env}",
+        )
 
 
 rule environments:

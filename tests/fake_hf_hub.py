@@ -18,7 +18,7 @@ from http.server import BaseHTTPRequestHandler
 from typing import Any
 from urllib.parse import parse_qs, unquote, urlsplit
 
-from gymforge.http_server import LoopbackHTTPServer
+from gymforge.llm.http import LoopbackHTTPServer
 
 SHA = "0123456789abcdef0123456789abcdef01234567"
 

@@ -24,7 +24,7 @@ from typing import Any, NamedTuple, Self
 
 import pytest
 
-from gymforge.http_server import LoopbackHTTPServer
+from gymforge.llm.http import LoopbackHTTPServer
 
 
 class Answer(NamedTuple):

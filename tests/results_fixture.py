@@ -9,8 +9,8 @@ from pathlib import Path
 from typing import Any
 
 from gymforge.agent.trajectory import AgentInfo, ModelStats, Trajectory, TrajectoryStep
-from gymforge.config import GymforgeConfig
-from gymforge.specs import (Attempt, GenerationRecord, ProposalRecord, TaskProposal, TopicBatch, TopicSlot,
+from gymforge.core.config import GymforgeConfig
+from gymforge.core.records import (Attempt, GenerationRecord, ProposalRecord, TaskProposal, TopicBatch, TopicSlot,
                             UsageRecord, VerificationIteration, VerificationReport)
 from gymforge.stages.rollouts import RolloutRecord, SandboxRef, ShardRecord, TeacherRef
 

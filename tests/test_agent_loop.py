@@ -17,8 +17,8 @@ from gymforge.agent import (
     build_messages,
     read_trajectory,
 )
-from gymforge.config import EndpointConfig, Price
-from gymforge.llm import LLMClient
+from gymforge.core.config import EndpointConfig, Price
+from gymforge.llm.client import LLMClient
 from gymforge.sandbox import ExecResult, Limits, Session, get_sandbox
 
 TASK = AgentTask(
@@ -316,7 +316,7 @@ class LimitedSession:
 
 
 def replayed(tmp_path: Path, session: Any, commands: list[str], **config: Any) -> Any:
-    from gymforge.run_task import ReplayModel
+    from gymforge.tools.run_task import ReplayModel
 
     model = ReplayModel([cmd(c) for c in commands], model="replay")
     return Agent(model, session, FileEvaluator(session.workspace), TASK, AgentConfig(**config),  # type: ignore[arg-type]

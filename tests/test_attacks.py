@@ -41,21 +41,15 @@ from attacks.harness import (
 )
 from test_sandbox_docker import docker_backend  # noqa: F401  (the private-daemon fixture; skips with a reason)
 
-from gymforge.sandbox import Limits, SandboxBackend, SandboxError, get_sandbox
+from gymforge.sandbox import Limits, SandboxBackend, SandboxError, disk, get_sandbox
 
 BACKENDS = ("local", "docker")
 ALL = tuple(ENTRIES)
 CODE = tuple(P.CODE_ENTRIES)  # entrypoints whose evaluation runs submitted code
 
 # Attacks that still succeed against the current code: (test, entrypoint, backend) -> what leaks.
-_DISK = ("the workspace cap (Limits.disk_mb) is a poll every 2 s: fallocate puts 6.3 GB (any amount up to the host's "
-         "free disk) into the workspace before the first look, and the files stay")
-_EPISODE_MEMORY = ("the memory limit holds per sandbox run, not per episode: the session holds 700 MiB while the "
-                   "evaluation's submission takes 700 MiB more under a 1024 MiB limit")
 _MOUNTINFO = "/proc/self/mountinfo shows the bind mounts' host sources"
 OPEN: dict[tuple[str, str, str], str] = {
-    **{("fill_workspace", e, b): _DISK for e in ("csv", "python", "model") for b in BACKENDS},
-    **{("memory_session_and_evaluation", e, "docker"): _EPISODE_MEMORY for e in ("python", "model")},
     ("host_paths_session", "csv", "local"): _MOUNTINFO + " (the venv under the checkout, the workspace's run dir)",
     ("host_paths_session", "csv", "docker"): _MOUNTINFO + " (the workspace's run dir)",
 }
@@ -103,7 +97,7 @@ def _lm_unavailable(backend: SandboxBackend, tmp: Path) -> str | None:
         if "NO-TORCHRUN" in r.output:
             _LM_PROBE[backend.name] = f"the {backend.name} sandbox has no torchrun (its image lacks torch)"
         else:
-            r = backend.run_once(ws, ["torchrun", "--nproc_per_node=1", "--standalone", "probe.py"], timeout=15,
+            r = backend.run_once(ws, ["torchrun", "--nproc_per_node=1", "--standalone", "probe.py"], timeout=120,
                                  limits=LIMITS)
             why = ("c10d cannot resolve the sandbox's hostname" if "name resolution" in r.output
                    else " ".join(r.output.split())[-200:])
@@ -153,9 +147,9 @@ def honest(backend: SandboxBackend, tmp_path_factory: pytest.TempPathFactory, re
 @pytest.fixture(scope="session")
 def hub_cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A dataset cache with one fetched hub dataset (offline hub), so a task's runs get the shared HF_HOME."""
-    from gymforge.config import GymforgeConfig
+    from gymforge.core.config import GymforgeConfig
     from gymforge.hub import get_hub
-    from gymforge.hub import prefetch as pf
+    from gymforge.stages import datasets as pf
 
     hub = get_hub(GymforgeConfig(cache_dir=str(tmp_path_factory.mktemp("hubcache"))))
     hub.ensure_built()
@@ -529,7 +523,7 @@ def test_sparse_giant_in_the_workspace(entry_name: str, backend_name: str, backe
 
 def test_task_id_of_300_characters_fails_validation(tmp_path: Path) -> None:
     """A task id of 300+ characters is refused when the config is read, not later with a raw OSError."""
-    from gymforge.environment import TaskEnvironment
+    from gymforge.tasks.environment import TaskEnvironment
 
     long_id = "t" * 300
     root = tmp_path / "root"
@@ -606,13 +600,29 @@ def test_tmp_is_bounded(entry_name: str, backend_name: str, backend, tmp_path: P
 @pytest.mark.slow
 @pytest.mark.parametrize("entry_name, backend_name", cases("fill_workspace"))
 def test_workspace_disk_is_bounded(entry_name: str, backend_name: str, backend, tmp_path: Path) -> None:
-    """Allocating 6 GiB of real blocks in the workspace (fallocate, 900 MiB per file) must stop at a cap."""
+    """Allocating 6 GiB of real blocks in the workspace (fallocate, 900 MiB per file, then a background dd that
+    keeps writing after its command returned) must stop at the 1 GiB cap itself, not some seconds later: the
+    blocks never reach the host's disk (where the cap is a file system of its own; elsewhere it is polled and
+    this attack overshoots, listed as open)."""
+    if not disk.available():
+        pytest.xfail("no file system of its own for the workspace here (not root, or no loop devices): the cap is "
+                     "polled every 2 s and fallocate overshoots it")
     with episode(entry_name, backend, tmp_path, limits=_limits(disk=1024, workspace=1024, tmp=512)) as ep:
         out = ep.sh("for i in $(seq 7); do fallocate -l 900M fill$i.bin 2>&1 || "
-                    "head -c 900M /dev/zero > fill$i.bin || break; done; du -sm . | cut -f1", 300).output
+                    "head -c 900M /dev/zero > fill$i.bin || break; done; du -sm . | cut -f1", 300)
         used = sum(p.stat().st_blocks * 512 for p in ep.env.workspace.glob("fill*.bin")) >> 20
+        assert used <= 1024 + 16, f"the workspace took {used} MiB under a 1024 MiB cap: {out.output[-300:]}"
+        assert out.limit and out.limit.startswith("disk"), f"the limit is not named: {out.limit!r}"
         ep.sh("rm -f fill*.bin")
-        assert used < 4096, f"the workspace took {used} MiB with no cap: {out[-300:]}"
+        ep.sh("(nohup bash -c 'for i in 1 2 3 4 5; do dd if=/dev/zero of=bg$i.bin bs=1M count=600; done' "
+              "> /dev/null 2>&1 &); sleep 0.2")
+        for _ in range(100):  # the writer ends when the file system refuses it
+            if "RUNNING" not in ep.sh("pgrep -f 'of=bg' >/dev/null && echo RUNNING").output:
+                break
+            time.sleep(0.1)
+        used = sum(p.stat().st_blocks * 512 for p in ep.env.workspace.glob("bg*.bin")) >> 20
+        assert used <= 1024 + 16, f"a background writer put {used} MiB in the workspace under a 1024 MiB cap"
+        assert ep.sh("rm -f bg*.bin && echo ok > after.txt && cat after.txt").output.strip().endswith("ok")
         assert_no_leak(ep)
 
 
@@ -732,7 +742,7 @@ def test_replayed_attack_episode(entry_name: str, backend_name: str, backend, ho
     recorded scores are the honest one and the trajectory holds no answer and no canary."""
     from attacks.harness import Canaries, answer_markers
 
-    from gymforge.run_task import run_task
+    from gymforge.tools.run_task import run_task
 
     entry = ENTRIES[entry_name]
     canaries = Canaries(tmp_path / "host")

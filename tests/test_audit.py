@@ -12,11 +12,11 @@ from test_sft import build, rollout, trajectory, write_shard
 
 from gymforge.agent import Agent, AgentConfig, AgentTask, SubmissionNotFound
 from gymforge.agent.audit import STDLIB_LIKE, Auditor, Flag, scan_workspace
-from gymforge.prompts import templates_dir
-from gymforge.run_report import audit_html
-from gymforge.run_task import ReplayModel
+from gymforge.core.prompts import templates_dir
+from gymforge.report.summary import audit_html
+from gymforge.tools.run_task import ReplayModel
 from gymforge.sandbox import Limits, get_sandbox
-from gymforge.tokenizer import build_tokenizer
+from gymforge.student.tokenizer import build_tokenizer
 
 WORKDIR = "/workspace"
 

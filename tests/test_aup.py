@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from gymforge import aup
-from gymforge.aup import AupError, TaskMeta
+from gymforge.benchmark import aup
+from gymforge.benchmark.aup import AupError, TaskMeta
 
 H = 0.5 / 499  # tau step when T = 0.5 (500 points)
 
@@ -211,7 +211,7 @@ def test_nothing_feasible_and_only_baseline_feasible():
 def test_missing_baseline_drops_the_baseline_condition(tmp_path, caplog):
     write_run(tmp_path, "A__t__0", [{"s": 1.0}])
     write_run(tmp_path, "B__t__0", [{"s": 2.0}])
-    with caplog.at_level(logging.WARNING, logger="gymforge.aup"):
+    with caplog.at_level(logging.WARNING, logger="gymforge.benchmark.aup"):
         table, res = aup.score_runs(aup.load_runs(tmp_path), {"t": meta("t", "s")})
     assert "no baseline" in caplog.text
     assert res.attempt.tasks["t"].ratios == {"A": 2.0, "B": 1.0, "baseline": 2.1}
@@ -248,7 +248,7 @@ def test_load_runs_skips_malformed_and_ignores_non_numeric(tmp_path, caplog):
     write_run(tmp_path, "A__t__noagent", None, raw='{"baseline": {"s": 0.5}}')
     write_run(tmp_path, "notarun", [{"s": 1.0}])
     write_run(tmp_path, "A__t", [{"s": 1.0}])  # no run part
-    with caplog.at_level(logging.WARNING, logger="gymforge.aup"):
+    with caplog.at_level(logging.WARNING, logger="gymforge.benchmark.aup"):
         runs = aup.load_runs(tmp_path)
     assert sorted(r.run for r in runs) == ["noagent", "ok"]
     ok = next(r for r in runs if r.run == "ok")
@@ -270,7 +270,7 @@ def test_model_name_with_double_underscore_uses_known_tasks():
 def test_run_aup_warns_about_unknown_tasks_and_errors_without_runs(tmp_path, caplog):
     write_run(tmp_path, "A__regressionKaggleHousePrice__r0", [{"r2": 0.8}], {"r2": 0.5})
     write_run(tmp_path, "A__mysteryTask__r0", [{"r2": 0.8}])
-    with caplog.at_level(logging.WARNING, logger="gymforge.aup"):
+    with caplog.at_level(logging.WARNING, logger="gymforge.benchmark.aup"):
         text = aup.run_aup(tmp_path)
     assert "mysteryTask (1)" in caplog.text
     assert text.splitlines()[0] == "Model,Best AUP,Last AUP"
@@ -385,7 +385,7 @@ def test_bootstrap_pairs_runs_by_label():
 
 
 def test_student_pairs_from_the_configured_models():
-    from gymforge.config import ModelSpec
+    from gymforge.core.config import ModelSpec
     from gymforge.stages.scores import student_pairs
 
     models = [ModelSpec(name="teacher", source="teacher"), ModelSpec(name="sft", source="student-sft"),

@@ -38,15 +38,15 @@ from gymforge.benchmark.suite import (
     task_meta_file,
     unmet_needs,
 )
-from gymforge.config import ConfigError, EvaluateConfig, GymforgeConfig, validate_config
-from gymforge.environment import TaskEnvironment
-from gymforge.mlgym import (
+from gymforge.core.config import ConfigError, EvaluateConfig, GymforgeConfig, validate_config
+from gymforge.tasks.environment import TaskEnvironment
+from gymforge.tasks.mlgym import (
     BENCHMARK_TASKS,
     load_dataset_config,
     load_task_config,
     render_description,
 )
-from gymforge.run_task import run_task
+from gymforge.tools.run_task import run_task
 from gymforge.sandbox import SandboxBackend, get_sandbox
 
 TASKS = {t.id: t for t in builtin_tasks()}
@@ -112,8 +112,8 @@ def test_the_shipped_data_is_what_the_generator_writes() -> None:
 
 def test_the_suite_uses_no_dataset_or_family_of_synthesis() -> None:
     from gymforge.benchmark.decontamination import dataset_key
-    from gymforge.hub import catalog
-    from gymforge.offline_teacher.vocabulary import VOCABULARY
+    from gymforge.offline import catalog
+    from gymforge.offline.vocabulary import VOCABULARY
 
     hub = {dataset_key(entry.id) for entry in catalog.CATALOG}
     assert not {dataset_key(d) for t in builtin_tasks() for d in t.datasets} & hub
@@ -396,10 +396,10 @@ SYNTH_CASES = [
 @pytest.fixture(scope="module")
 def synthesized(tmp_path_factory: pytest.TempPathFactory) -> list[tuple[Path, Extra]]:
     """Task trees the offline teacher's families write (configs only), with their proposals' text."""
-    from gymforge.codeblocks import parse_files
-    from gymforge.hub import OfflineHub
-    from gymforge.offline_teacher import families
-    from gymforge.task_files import validate_config_files, write_task_tree
+    from gymforge.llm.codeblocks import parse_files
+    from gymforge.offline.hub import OfflineHub
+    from gymforge.offline import families
+    from gymforge.tasks.files import validate_config_files, write_task_tree
 
     base = tmp_path_factory.mktemp("synth")
     hub = OfflineHub(base / "hub")
@@ -567,7 +567,7 @@ def test_eval_runs_on_a_task_without_its_data_says_so_without_a_traceback(tmp_pa
 
 
 def test_a_gpu_task_runs_in_a_sandbox_that_sees_its_gpus(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from gymforge import episode
+    from gymforge.tasks import episode
     from gymforge.stages import evaluation
 
     class Reached(Exception):

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from gymforge.codeblocks import CodeBlockError, parse_files
+from gymforge.llm.codeblocks import CodeBlockError, parse_files
 
 
 def test_yaml_and_python_blocks_with_prose() -> None:

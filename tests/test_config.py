@@ -1,6 +1,6 @@
 import pytest
 
-from gymforge.config import ConfigError, load_config, validate_config
+from gymforge.core.config import ConfigError, load_config, validate_config
 
 
 def test_default_config_file_is_valid_and_offline():

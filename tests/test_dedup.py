@@ -1,4 +1,4 @@
-from gymforge.dedup import find_duplicate, normalise
+from gymforge.core.dedup import find_duplicate, normalise
 
 
 def test_variants_of_a_topic_are_duplicates():

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from gymforge.agent import EvaluationFormatError, SubmissionNotFound
-from gymforge.environment import (
+from gymforge.tasks.environment import (
     BaselineFailed,
     InstallError,
     TaskEnvironment,
@@ -19,7 +19,7 @@ from gymforge.environment import (
     detect_gpus,
     parse_metrics,
 )
-from gymforge.mlgym import load_task_config
+from gymforge.tasks.mlgym import load_task_config
 from gymforge.sandbox import SandboxBackend, get_sandbox
 
 ROOT = Path(__file__).parent / "fixtures" / "mlgym"

@@ -13,8 +13,8 @@ import pytest
 import yaml
 
 from gymforge.cli import main
-from gymforge.config import GymforgeConfig, load_config
-from gymforge.estimate import DEFAULTS, estimate, load_configs, measure
+from gymforge.core.config import GymforgeConfig, load_config
+from gymforge.tools.estimate import DEFAULTS, estimate, load_configs, measure
 from results_fixture import ROLLOUT_CALLS, ROLLOUT_COMPLETION, ROLLOUT_PROMPT, ROLLOUT_STEPS, build_results
 
 REPO = Path(__file__).resolve().parents[1]
@@ -121,7 +121,7 @@ def test_steps_are_capped_at_max_steps_and_budget_is_checked() -> None:
     short = estimate(cfg_with(trajectories={"max_steps": 3}, llm={"budget_usd": 0.001}))
     assert short["constants"]["rollout_steps"]["value"] > 4
     assert "~4.0 steps" in stage(short, "trajectories")["note"]  # max_steps 3 + the auto-submission
-    from gymforge.estimate import render
+    from gymforge.tools.estimate import render
 
     assert "EXCEEDS" in render(short)
 

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from gymforge import cli
-from gymforge.config import GymforgeConfig
+from gymforge.core.config import GymforgeConfig
 from gymforge.stages.evaluation import EvalRecord, evaluate_task
 from gymforge.stages.scores import score_table
 
@@ -61,8 +61,8 @@ def test_teacher_runs_are_mlgym_run_folders_and_resume(tmp_path: Path) -> None:
 
 @pytest.mark.slow
 def test_an_untrained_student_is_served_and_scored(tmp_path: Path) -> None:
-    from gymforge.student import build_base
-    from gymforge.tokenizer import train_offline_tokenizer
+    from gymforge.student.base import build_base
+    from gymforge.student.tokenizer import train_offline_tokenizer
 
     cfg = make_cfg(tmp_path, models=[{"name": "student-base", "source": "student-base"}])
     tokenizer = train_offline_tokenizer(["DISCUSSION\nrun it\n```\nls\n```", "colour the graph"] * 20, vocab_size=300)

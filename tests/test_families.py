@@ -14,14 +14,14 @@ from typing import Any
 import pytest
 import yaml
 
-from gymforge import mlgym
-from gymforge.codeblocks import parse_files
-from gymforge.codecheck import check_columns, check_python
-from gymforge.hub import catalog
-from gymforge.hub.offline import feature_dtypes, split_train_test
-from gymforge.offline_teacher import families
-from gymforge.offline_teacher.families import games
-from gymforge.offline_teacher.families.common import parse_facts
+from gymforge.tasks import mlgym
+from gymforge.llm.codeblocks import parse_files
+from gymforge.tasks.codecheck import check_columns, check_python
+from gymforge.offline import catalog
+from gymforge.hub.data import feature_dtypes, split_train_test
+from gymforge.offline import families
+from gymforge.offline.families import games
+from gymforge.offline.families.common import parse_facts
 
 ENV = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1"}
 

@@ -15,11 +15,11 @@ import pytest
 from fault_proxy import KINDS, FaultProxy
 from workflow_runs import SMALL_TOPICS, fingerprint, leftovers, snakemake, workflow
 
-from gymforge.config import EndpointConfig, Price
-from gymforge.ledger import Ledger
-from gymforge.llm import LLMClient, MalformedResponse
-from gymforge.offline_teacher.server import ensure_server
-from gymforge.prompts import render
+from gymforge.core.config import EndpointConfig, Price
+from gymforge.llm.ledger import Ledger
+from gymforge.llm.client import LLMClient, MalformedResponse
+from gymforge.offline.server import ensure_server
+from gymforge.core.prompts import render
 
 PRICE = Price(input_per_mtok=1.25, output_per_mtok=10.0)
 TOPICS = [{"role": "system", "content": render("system_teacher")},

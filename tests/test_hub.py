@@ -12,10 +12,12 @@ import datasets
 import pytest
 from huggingface_hub.hf_api import DatasetInfo
 
-from gymforge.config import GymforgeConfig
-from gymforge.hub import DatasetNotFound, HubUnavailable, HuggingFaceHub, OfflineHub, catalog, get_hub
+from gymforge.core.config import GymforgeConfig
+from gymforge.hub import DatasetNotFound, HubUnavailable, HuggingFaceHub, get_hub
+from gymforge.offline import catalog
+from gymforge.offline.hub import OfflineHub
 from gymforge.hub.huggingface import card_from_info, json_safe
-from gymforge.hub.offline import feature_dtypes
+from gymforge.hub.data import feature_dtypes
 
 
 @pytest.fixture(autouse=True)

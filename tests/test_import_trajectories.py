@@ -14,13 +14,13 @@ import pytest
 
 from gymforge.agent.audit import Flag
 from gymforge.agent.trajectory import AgentInfo, Trajectory, TrajectoryStep
-from gymforge.config import GymforgeConfig
-from gymforge.importing import import_candidates, mlgym_messages, mlgym_model, source_files
-from gymforge.importing import import_trajectories as run_import
-from gymforge.prompts import templates_dir
-from gymforge.sft import build_sft
+from gymforge.core.config import GymforgeConfig
+from gymforge.tools.import_trajectories import import_candidates, mlgym_messages, mlgym_model, source_files
+from gymforge.tools.import_trajectories import import_trajectories as run_import
+from gymforge.core.prompts import templates_dir
+from gymforge.stages.sft import build_sft
 from gymforge.stages.rollouts import RolloutRecord, SandboxRef, ShardRecord, TeacherRef
-from gymforge.tokenizer import build_tokenizer
+from gymforge.student.tokenizer import build_tokenizer
 
 RUN = "metagen-modelX__taskA__default__t-0.00__p-0.95__c-4.00__install-0__parallel_agents_run_{k}"
 

@@ -12,11 +12,11 @@ from pathlib import Path
 import pytest
 from loopback import closed_port_url
 
-from gymforge import atomic
-from gymforge.config import GymforgeConfig
-from gymforge.job import SCRATCH_ENV, attempt_logs, failure_path, scratch_dir
-from gymforge.locks import clear_stale_locks, stale_lock_state
-from gymforge.status import collect, render_table
+from gymforge.core import atomic
+from gymforge.core.config import GymforgeConfig
+from gymforge.core.job import SCRATCH_ENV, attempt_logs, failure_path, scratch_dir
+from gymforge.core.locks import clear_stale_locks, stale_lock_state
+from gymforge.tools.status import collect, render_table
 
 
 def config(tmp_path: Path, **teacher) -> Path:
@@ -35,7 +35,7 @@ def gymforge(tmp_path: Path, *args: str) -> subprocess.CompletedProcess:
 def topics_job(tmp_path: Path, cfg: Path, *wrapper: str) -> subprocess.CompletedProcess:
     log = tmp_path / "results" / "logs" / "topics" / "b0000.log"
     out = tmp_path / "results" / "topics" / "batches" / "b0000.json"
-    command = ["sample-topics", "--config", str(cfg), "--batch", "b0000", "--previous", "", "--out", str(out)]
+    command = ["topic-batch", "--config", str(cfg), "--batch", "b0000", "--previous", "--out", str(out)]
     if wrapper:  # e.g. with-gpus 0 --: the job's process execs the real command
         command = [*wrapper, sys.executable, "-m", "gymforge", *command]
     return gymforge(tmp_path, "--log", str(log), *command)

@@ -23,7 +23,7 @@ from workflow_runs import (
     workflow,
 )
 
-from gymforge.ledger import Ledger
+from gymforge.llm.ledger import Ledger
 
 pytestmark = pytest.mark.slow
 

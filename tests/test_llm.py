@@ -20,9 +20,9 @@ from loopback import Answer, LoopbackServer, closed_port_url, completion, error_
 from openai.types.chat import ChatCompletionMessageParam
 from pydantic import TypeAdapter
 
-from gymforge.config import EndpointConfig, GymforgeConfig, Price
-from gymforge.ledger import Ledger
-from gymforge.llm import BudgetExceeded, LLMClient, Usage, make_client, retry_after_s
+from gymforge.core.config import EndpointConfig, GymforgeConfig, Price
+from gymforge.llm.ledger import Ledger
+from gymforge.llm.client import BudgetExceeded, LLMClient, Usage, make_client, retry_after_s
 
 KEY = "sk-gymforge-test-SECRET-4711"
 HI = [{"role": "user", "content": "hi"}]
@@ -42,7 +42,7 @@ def client(tmp_path: Path, url: str, *, budget: float = 10.0, **endpoint: Any) -
 
 
 def retries(caplog: pytest.LogCaptureFixture) -> int:
-    return sum(1 for r in caplog.records if r.name == "gymforge.llm" and "retry" in r.getMessage())
+    return sum(1 for r in caplog.records if r.name == "gymforge.llm.client" and "retry" in r.getMessage())
 
 
 def test_repeated_request_is_served_from_cache(tmp_path: Path, loopback: LoopbackServer) -> None:
@@ -217,9 +217,9 @@ def test_retry_after_formats() -> None:
 
 def test_make_client_wires_config(tmp_path: Path, loopback: LoopbackServer, monkeypatch: pytest.MonkeyPatch) -> None:
     # Stand-in for the embedded offline teacher: the client must ask it for its URL.
-    fake = types.ModuleType("gymforge.offline_teacher.server")
+    fake = types.ModuleType("gymforge.offline.server")
     fake.ensure_server = lambda: loopback.url  # type: ignore[attr-defined]
-    monkeypatch.setitem(sys.modules, "gymforge.offline_teacher.server", fake)
+    monkeypatch.setitem(sys.modules, "gymforge.offline.server", fake)
     cfg = GymforgeConfig(results_dir=str(tmp_path / "results"), cache_dir=str(tmp_path / "cache"), llm={"budget_usd": 3.0})
     with make_client(cfg, "topics") as llm:
         assert llm.base_url == loopback.url and llm.budget_usd == 3.0

@@ -255,7 +255,7 @@ def test_dry_run_plans_one_micro_task_per_slot(tmp_path):
     from workflow_copy import copy_workflow
 
     run = copy_workflow(tmp_path / "wf", "rules", "report")
-    proc = subprocess.run([sys.executable, "-m", "snakemake", "--cores", "2", "-n", "--quiet", "rules", "micro",
+    proc = subprocess.run([sys.executable, "-m", "snakemake", "--cores", "2", "micro", "-n", "--quiet", "rules",
                            "--config", "topics={n: 3}"], cwd=run, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr[-3000:]
     counts = {p[0]: int(p[1]) for p in (line.split() for line in proc.stdout.splitlines())

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 import yaml
 
-from gymforge.mlgym import (
+from gymforge.tasks.mlgym import (
     BENCHMARK_TASKS,
     DatasetConfig,
     MLGymConfigError,

@@ -20,9 +20,9 @@ from pathlib import Path
 import pytest
 
 from gymforge.agent import read_trajectory
-from gymforge.environment import TaskEnvironment
-from gymforge.mlgym import load_task_config
-from gymforge.run_task import run_task
+from gymforge.tasks.environment import TaskEnvironment
+from gymforge.tasks.mlgym import load_task_config
+from gymforge.tools.run_task import run_task
 from gymforge.sandbox import get_sandbox
 
 MLGYM_ROOT = os.environ.get("MLGYM_ROOT")
@@ -106,7 +106,7 @@ CPU_TASKS = {"prisonersDilemma", "battleOfSexes", "blotto", "3SATTime", "regress
 
 def test_all_13_benchmark_tasks_load_by_their_id() -> None:
     from gymforge.benchmark.suite import mlgym_tasks
-    from gymforge.mlgym import BENCHMARK_TASKS
+    from gymforge.tasks.mlgym import BENCHMARK_TASKS
 
     tasks = {t.id: t for t in mlgym_tasks(MLGYM_ROOT)}
     assert list(tasks) == list(BENCHMARK_TASKS)
@@ -116,15 +116,15 @@ def test_all_13_benchmark_tasks_load_by_their_id() -> None:
     assert "3 SAT Problem Dataset" in tasks["3SATTime"].datasets  # a free-text dataset name, loaded leniently
     assert "Fashion MNIST" in tasks["imageClassificationFMnist"].datasets
     assert {t for t, task in tasks.items() if not task.gpus and not task.hub_datasets} == CPU_TASKS
-    from gymforge.config import validate_config
-    from gymforge.estimate import _eval_tasks
+    from gymforge.core.config import validate_config
+    from gymforge.tools.estimate import _eval_tasks
 
     cfg = validate_config({"evaluate": {"benchmark": "mlgym", "mlgym_root": MLGYM_ROOT}})
     assert _eval_tasks(cfg) == (13, f"MLGym tasks found in {MLGYM_ROOT}")  # `gymforge estimate` counts the same
 
 
 def test_every_config_mlgym_can_run_loads() -> None:
-    from gymforge.mlgym import MLGymConfigError, load_dataset_config
+    from gymforge.tasks.mlgym import MLGymConfigError, load_dataset_config
 
     for path in Path(MLGYM_ROOT, "configs", "datasets").glob("*.yaml"):
         load_dataset_config(path)

@@ -13,13 +13,13 @@ import openai
 import pytest
 from openai import OpenAI
 
-import gymforge.offline_teacher as offline_teacher
-from gymforge.offline_teacher import dispatch, ensure_server
-from gymforge.offline_teacher.server import MODEL_ID
-from gymforge.offline_teacher.topics import near_duplicate
-from gymforge.offline_teacher.vocabulary import FAMILIES, QUALIFIERS, VOCABULARY, lookup, normalise
-from gymforge.prompts import render
-from gymforge.teacher_json import NotJSON, extract_json
+import gymforge.offline as offline_teacher
+from gymforge.offline import dispatch, ensure_server
+from gymforge.offline.server import MODEL_ID
+from gymforge.offline.topics import near_duplicate
+from gymforge.offline.vocabulary import FAMILIES, QUALIFIERS, VOCABULARY, lookup, normalise
+from gymforge.core.prompts import render
+from gymforge.llm.json_reply import NotJSON, extract_json
 
 SEARCH_TOOL = {
     "type": "function",
@@ -187,7 +187,7 @@ def test_unknown_requests_are_client_errors(client: OpenAI) -> None:
 def fake_families(monkeypatch: pytest.MonkeyPatch) -> list[tuple[str, Any, dict[str, Any]]]:
     """Record what the dispatcher hands the families package (written separately)."""
     calls: list[tuple[str, Any, dict[str, Any]]] = []
-    fake = types.ModuleType("gymforge.offline_teacher.families")
+    fake = types.ModuleType("gymforge.offline.families")
 
     def write_configs(proposal: dict, *, seed: int, attempt: int) -> str:
         if proposal.get("topic") == "explode":
@@ -244,7 +244,7 @@ def test_dispatch_failures_are_server_errors(client: OpenAI, fake_families: list
 
 
 def test_real_families_answer_over_http(client: OpenAI) -> None:
-    families = pytest.importorskip("gymforge.offline_teacher.families")
+    families = pytest.importorskip("gymforge.offline.families")
     if not hasattr(families, "write_configs"):
         pytest.skip("the families package is not written yet")
     # A game needs no dataset, so the proposal is complete without the hub's details.

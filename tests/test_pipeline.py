@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from gymforge.ledger import Ledger
-from gymforge.task_files import validate_config_files
+from gymforge.llm.ledger import Ledger
+from gymforge.tasks.files import validate_config_files
 from workflow_copy import copy_workflow
 
 SNAKEMAKE = [sys.executable, "-m", "snakemake"]

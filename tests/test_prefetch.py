@@ -19,10 +19,11 @@ import yaml
 from fake_hf_hub import FakeHFHub
 from test_sandbox_docker import docker_backend  # noqa: F401  (the real-daemon fixture; skips with a reason)
 from workflow_copy import copy_workflow
-from gymforge.config import GymforgeConfig
-from gymforge.environment import InstallError, TaskEnvironment
-from gymforge.hub import OfflineHub, get_hub
-from gymforge.hub import prefetch as pf
+from gymforge.core.config import GymforgeConfig
+from gymforge.tasks.environment import InstallError, TaskEnvironment
+from gymforge.hub import get_hub
+from gymforge.offline.hub import OfflineHub
+from gymforge.stages import datasets as pf
 from gymforge.sandbox import Limits, get_sandbox
 from gymforge.sandbox.local import LocalBackend
 
@@ -60,7 +61,7 @@ def iris_cache(offline_hub: OfflineHub, tmp_path_factory: pytest.TempPathFactory
 
 @pytest.fixture(scope="module")
 def hf_cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """`gymforge prefetch-dataset` against a loopback server speaking the hub's protocol (HF_ENDPOINT)."""
+    """`gymforge fetch-dataset` against a loopback server speaking the hub's protocol (HF_ENDPOINT)."""
     tmp = tmp_path_factory.mktemp("hf")
     root = tmp / "datasets"
     (tmp / "hf.yaml").write_text(yaml.safe_dump({"datasets": {"hub": "huggingface", "cache_dir": str(root)}}))
@@ -68,7 +69,7 @@ def hf_cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
     with FakeHFHub({TINY_ID: TINY_REPO}) as hub:
         env |= {"HF_ENDPOINT": hub.url, "HF_HOME": str(tmp / "host-hf-home"), "HF_HUB_DISABLE_TELEMETRY": "1"}
         proc = subprocess.run(
-            [sys.executable, "-m", "gymforge", "prefetch-dataset", "--config", str(tmp / "hf.yaml"),
+            [sys.executable, "-m", "gymforge", "fetch-dataset", "--config", str(tmp / "hf.yaml"),
              "--dataset-id", TINY_ID, "--out", str(root / "gymforge-test--tiny" / "manifest.json")],
             env=env, capture_output=True, text=True, timeout=300,
         )
@@ -139,7 +140,8 @@ def test_a_killed_fetch_leaves_no_entry_and_the_next_one_clears_its_remains(offl
     # SIGKILL once the data is prepared, before the manifest: no cleanup code runs.
     kill = textwrap.dedent(f"""\
         import os, signal
-        from gymforge.hub import OfflineHub, prefetch as pf
+        from gymforge.offline.hub import OfflineHub
+        from gymforge.stages import datasets as pf
         pf._versions = lambda: os.kill(os.getpid(), signal.SIGKILL)
         pf.prefetch(OfflineHub({str(offline_hub.root)!r}), "sklearn/wine", {str(tmp_path)!r})
         """)
@@ -163,7 +165,7 @@ def test_a_failed_refetch_keeps_the_old_entry(offline_hub: OfflineHub, tmp_path:
 
 
 def test_missing_entry_is_a_clear_error(tmp_path: Path) -> None:
-    with pytest.raises(FileNotFoundError, match=r"not in the dataset cache .*prefetch-dataset"):
+    with pytest.raises(FileNotFoundError, match=r"not in the dataset cache .*fetch-dataset"):
         pf.sandbox_view(tmp_path, ["owner/absent"], tmp_path / "hf-home")
 
 
@@ -330,7 +332,7 @@ def test_verify_environment_requires_the_fetch_of_its_proposals_dataset(tmp_path
     jobs = _jobs(plan.stdout)
     assert jobs["fetch_dataset"] == 1 and jobs["verify_environment"] == 3 and "proposal" not in jobs
     assert str(tmp_path / "cache" / "datasets" / "gymforge-test--tiny" / "manifest.json") in plan.stdout
-    assert "prefetch-dataset" in plan.stdout and f"--dataset-id {TINY_ID}" in plan.stdout
+    assert "fetch-dataset" in plan.stdout and f"--dataset-id {TINY_ID}" in plan.stdout
     plan = _snakemake(workdir, "-n", "datasets")
     assert _jobs(plan.stdout).get("fetch_dataset") == 1
 

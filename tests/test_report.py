@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from gymforge.run_report import summary_html
-from gymforge.status import collect
+from gymforge.report.summary import summary_html
+from gymforge.tools.status import collect
 from workflow_copy import copy_workflow
 
 TINY = [

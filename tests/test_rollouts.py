@@ -17,10 +17,10 @@ from typing import Any
 
 import pytest
 
-from gymforge.config import GymforgeConfig
-from gymforge.sft import build_sft, requests_of, sft_messages
-from gymforge.specs import VerificationReport, derive_seed
-from gymforge.stages.rollouts import (RolloutRecord, ShardRecord, parts_dir, rollout_seed, run_shard, shard_count,
+from gymforge.core.config import GymforgeConfig
+from gymforge.stages.sft import build_sft, requests_of, sft_messages
+from gymforge.core.records import VerificationReport, derive_seed
+from gymforge.stages.rollouts import (RolloutRecord, ShardRecord, parts_dir, rollout_seed, rollout_shard, shard_count,
                                       shard_ids, shard_rollouts)
 from loopback import Answer, LoopbackServer, completion
 from workflow_copy import copy_workflow
@@ -121,7 +121,7 @@ def test_a_task_that_was_not_verified_gets_a_trivial_shard(tmp_path):
                                          reason="still failing").model_dump_json())
     (tmp_path / "verified").mkdir()
     out = shard_path(tmp_path)
-    record = run_shard(GymforgeConfig(), SLOT, 0, report, tmp_path / "verified", out)
+    record = rollout_shard(GymforgeConfig(), SLOT, 0, report, tmp_path / "verified", out)
     assert record.status == "skipped" and record.reason_code == "verification_failed" and not record.rollouts
     assert ShardRecord.model_validate_json(out.read_text()) == record
 
@@ -140,7 +140,7 @@ def shard_run(tmp_path_factory):
         with LoopbackServer(respond=scripted) as server:
             cfg = config(root, server.url)
             report, verified = make_environment(root)
-            record = run_shard(cfg, SLOT, 0, report, verified, shard_path(root))
+            record = rollout_shard(cfg, SLOT, 0, report, verified, shard_path(root))
             requests = list(server.requests)
     finally:
         if old is None:
@@ -240,8 +240,8 @@ def _write_config(path: Path, cfg: GymforgeConfig) -> Path:
 
 @pytest.fixture(scope="module")
 def student_tokenizer(tmp_path_factory):
-    from gymforge.prompts import templates_dir
-    from gymforge.tokenizer import build_tokenizer
+    from gymforge.core.prompts import templates_dir
+    from gymforge.student.tokenizer import build_tokenizer
 
     return build_tokenizer("offline", tmp_path_factory.mktemp("tok") / "tokenizer", templates_dir(), [])
 

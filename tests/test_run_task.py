@@ -10,10 +10,10 @@ import pytest
 from loopback import Answer, LoopbackServer, completion
 
 from gymforge.agent import read_trajectory
-from gymforge.config import EndpointConfig
-from gymforge.llm import LLMClient
-from gymforge.mlgym import load_task_config
-from gymforge.run_task import replay_replies, run_task
+from gymforge.core.config import EndpointConfig
+from gymforge.llm.client import LLMClient
+from gymforge.tasks.mlgym import load_task_config
+from gymforge.tools.run_task import replay_replies, run_task
 from gymforge.sandbox.local import LocalBackend
 
 ROOT = Path(__file__).parent / "fixtures" / "mlgym"
@@ -75,10 +75,10 @@ def test_unknown_policy_is_refused(tmp_path: Path) -> None:
 
 def test_submit_baseline_on_a_generated_task(tmp_path: Path) -> None:
     try:
-        from gymforge.codeblocks import parse_files
-        from gymforge.hub import OfflineHub
-        from gymforge.offline_teacher import families
-        from gymforge.task_files import validate_code_files, validate_config_files, write_task_tree
+        from gymforge.llm.codeblocks import parse_files
+        from gymforge.offline.hub import OfflineHub
+        from gymforge.offline import families
+        from gymforge.tasks.files import validate_code_files, validate_config_files, write_task_tree
     except ImportError as err:
         pytest.skip(f"the task families are not importable yet: {err}")
 

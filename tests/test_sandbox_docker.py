@@ -96,3 +96,24 @@ def test_read_only_mount_and_secrets(
         assert s.run("echo x >> evaluate.py", timeout=30).exit_code != 0
         assert "secret-value" not in s.run("env", timeout=30).output
     assert host.read_text() == "print(1)\n" and list(ws.iterdir()) == []
+
+
+def test_a_run_within_a_session_shares_its_memory_limit(docker_backend: DockerBackend, ws: Path) -> None:
+    """The session holds 700 MiB; a run within it (an evaluation's submission) asks for 700 MiB more under the
+    same 1 GiB: both cannot hold at once, and the episode's group is gone after the session."""
+    from gymforge.sandbox import cgroups
+
+    if not cgroups.available():
+        pytest.skip("no writable cgroup here: each container has its own limit")
+    hold = "import time; b = b'x' * (700 << 20); open('holding', 'w').close(); time.sleep(60)"
+    with docker_backend.open(ws, limits=LIMITS) as s:
+        parent = s.cgroup_parent  # type: ignore[attr-defined]
+        assert s.run("cat /proc/self/cgroup", timeout=30).output.count(parent.path + "/") >= 1
+        s.run(f'(nohup python -c "{hold}" > /dev/null 2>&1 &); for i in $(seq 100); do [ -e holding ] && break; '
+              "sleep 0.1; done", timeout=30)
+        assert (ws / "holding").exists()
+        r = docker_backend.run_once(ws, ["python", "-c", "b = b'x' * (700 << 20); print('got it')"], timeout=60,
+                                    limits=LIMITS, read_only=True, within=s)
+        alive = "HOLDER" in s.run("pgrep -f 'time.sleep.60' > /dev/null && echo HOLDER", timeout=30).output
+        assert not ("got it" in r.output and alive), "the session and the run held 1400 MiB under a 1024 MiB limit"
+    assert not (parent.group.memory.exists() or parent.group.pids.exists())

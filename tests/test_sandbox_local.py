@@ -13,7 +13,7 @@ from typing import Iterator
 import pytest
 from pydantic import ValidationError
 
-from gymforge.sandbox import Limits, Mount, SandboxError, get_sandbox
+from gymforge.sandbox import Limits, Mount, SandboxError, disk, get_sandbox
 from gymforge.sandbox.local import LocalBackend, _bwrap_works, _unshare_works
 
 BWRAP = _bwrap_works()
@@ -269,9 +269,47 @@ def test_tmp_is_sized_and_the_workspace_disk_is_capped(ws: Path) -> None:
         r = s.run("head -c 32M /dev/zero > /tmp/big; echo rc=$?", timeout=30)
         assert "No space left" in r.output and "rc=1" in r.output
         r = s.run("while true; do head -c 4M /dev/zero > f$RANDOM$RANDOM; done", timeout=60)
-        assert r.limit is not None and r.limit.startswith("disk: the workspace holds more than 32 MiB"), r
+        named = "disk: the workspace is full (32 MiB" if disk.available() else "disk: the workspace holds more than 32 MiB"
+        assert r.limit is not None and r.limit.startswith(named), r
         assert not r.timed_out and r.duration_s < 30
         assert s.run("rm -f f*; echo ok", timeout=10).output.strip() == "ok"
+
+
+@needs_bwrap
+@pytest.mark.skipif(not disk.available(), reason="no file system of its own for a workspace here (needs root, "
+                    "mkfs.ext4 and loop devices): the cap is polled")
+def test_the_workspace_is_a_file_system_of_its_own_while_a_sandbox_is_open(ws: Path) -> None:
+    """A hard cap: writes past disk_mb fail at once, however fast; the files are the same on the host while the
+    sandbox runs and come back to a plain directory (links, hard links, modes kept) when the last one closes."""
+    (ws / "sub").mkdir(mode=0o700)
+    (ws / "sub" / "a.txt").write_text("a\n")
+    os.link(ws / "sub" / "a.txt", ws / "hard.txt")
+    os.symlink("/etc/passwd", ws / "out")
+    os.mkfifo(ws / "fifo")
+    limits = Limits(memory_mb=1024, disk_mb=32)
+    backend = LocalBackend("bwrap")
+    with backend.open(ws, limits=limits) as s:
+        assert os.path.ismount(ws)
+        r = s.run("fallocate -l 200M big; echo rc=$?; head -c 200M /dev/zero > big2; du -sm . | cut -f1", timeout=30)
+        assert "No space left" in r.output and int(r.output.split()[-1]) <= 48, r.output
+        assert r.limit is not None and r.limit.startswith("disk: the workspace is full"), r
+        assert s.run("rm -f big big2; echo made > new.txt; cat sub/a.txt", timeout=10).output == "a\n"
+        assert (ws / "new.txt").read_text() == "made\n"  # the host sees the sandbox's files at once
+        mountinfo = s.run("cat /proc/self/mountinfo", timeout=10).output
+        assert str(ws) not in mountinfo and " / /workspace " in mountinfo, mountinfo
+        # A run on the same workspace while the session is open shares its file system.
+        r = backend.run_once(ws, ["bash", "-c", "echo once > once.txt; df -m . | tail -1"], timeout=30, limits=limits)
+        assert r.exit_code == 0 and os.path.ismount(ws) and (ws / "once.txt").exists(), r.output
+        assert s.run("cat once.txt", timeout=10).output == "once\n"
+    assert not os.path.ismount(ws)
+    assert sorted(p.name for p in ws.parent.iterdir()) == ["ws"], "something was left beside the workspace"
+    assert sorted(os.listdir(ws)) == ["fifo", "hard.txt", "new.txt", "once.txt", "out", "sub"]
+    assert os.readlink(ws / "out") == "/etc/passwd" and (ws / "sub").stat().st_mode & 0o777 == 0o700
+    assert os.path.samefile(ws / "hard.txt", ws / "sub" / "a.txt")
+    assert (ws / "new.txt").stat().st_uid == (ws / "sub").stat().st_uid  # the sandbox's uid, kept
+    # A one-shot run on its own mounts and gives back too; a read-only one needs no file system.
+    r = backend.run_once(ws, ["bash", "-c", "head -c 100M /dev/zero > z; echo rc=$?"], timeout=30, limits=limits)
+    assert "rc=1" in r.output and (ws / "z").stat().st_size <= 48 << 20 and not os.path.ismount(ws), r.output
 
 
 @needs_bwrap

@@ -5,8 +5,9 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from gymforge import aup, score_plots
-from gymforge.aup import TaskMeta
+from gymforge.benchmark import aup
+from gymforge.report import score_plots
+from gymforge.benchmark.aup import TaskMeta
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 

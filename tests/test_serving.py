@@ -13,10 +13,11 @@ from typing import Any, Iterator
 import openai
 import pytest
 
-from gymforge import serving, student
-from gymforge.config import GymforgeConfig, ModelSpec
-from gymforge.serving import Endpoint, ServingError, choose_backend, open_endpoint, vllm_command
-from gymforge.tokenizer import train_offline_tokenizer
+from gymforge.llm import serving
+from gymforge.student import base as student
+from gymforge.core.config import GymforgeConfig, ModelSpec
+from gymforge.llm.serving import Endpoint, ServingError, choose_backend, open_endpoint, vllm_command
+from gymforge.student.tokenizer import train_offline_tokenizer
 
 TINY = {"hidden_size": 64, "num_layers": 2, "num_heads": 4, "num_kv_heads": 2, "head_dim": 16,
         "intermediate_size": 128}
@@ -142,7 +143,7 @@ def test_bad_requests_are_clear(client: openai.OpenAI, checkpoint: Path) -> None
 
 @pytest.mark.slow
 def test_the_agents_llm_client_works_unchanged(endpoint: Endpoint, tmp_path: Path) -> None:
-    from gymforge.llm import LLMClient
+    from gymforge.llm.client import LLMClient
 
     config = endpoint.client_config(make_cfg().llm.teacher, temperature=0.0, max_tokens=4)
     assert config.model == "tiny-served" and config.base_url == endpoint.base_url
@@ -270,13 +271,13 @@ def _alive(pid: int) -> bool:
 
 
 def test_the_supervisor_ends_its_server_when_the_caller_dies(tmp_path: Path) -> None:
-    """vLLM runs under `python -m gymforge.serving --supervise`: a SIGKILLed caller leaves no server behind."""
+    """vLLM runs under `python -m gymforge.llm.serving --supervise`: a SIGKILLed caller leaves no server behind."""
     import subprocess
     import time
 
     pid_file = tmp_path / "server.pid"
     server = f"import os, time; open({str(pid_file)!r}, 'w').write(str(os.getpid())); time.sleep(300)"
-    caller = (f"import os, subprocess, sys, time; p = subprocess.Popen([sys.executable, '-m', 'gymforge.serving', "
+    caller = (f"import os, subprocess, sys, time; p = subprocess.Popen([sys.executable, '-m', 'gymforge.llm.serving', "
               f"'--supervise', '--parent-pid', str(os.getpid()), '--', sys.executable, '-c', {server!r}]); "
               "print(p.pid, flush=True); time.sleep(300)")
     parent = subprocess.Popen([sys.executable, "-c", caller], stdout=subprocess.PIPE, text=True)
@@ -301,8 +302,8 @@ def test_the_transformers_server_exits_when_its_caller_is_killed(checkpoint: Pat
     import time
 
     caller = ("import sys, time\n"
-              "from gymforge.config import GymforgeConfig, ModelSpec\n"
-              "from gymforge.serving import open_endpoint\n"
+              "from gymforge.core.config import GymforgeConfig, ModelSpec\n"
+              "from gymforge.llm.serving import open_endpoint\n"
               "cfg = GymforgeConfig.model_validate({'evaluate': {'serving': {'backend': 'transformers'}}})\n"
               f"with open_endpoint(cfg, ModelSpec(name='s', source='checkpoint', model={str(checkpoint)!r}), "
               "checkpoint=None, served_name='s') as ep:\n"

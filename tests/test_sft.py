@@ -9,11 +9,11 @@ from typing import Any
 import pytest
 
 from gymforge.agent.trajectory import AgentInfo, Trajectory, TrajectoryStep
-from gymforge.config import GymforgeConfig
-from gymforge.prompts import render, templates_dir
-from gymforge.sft import build_sft, export_sft, is_successful, sft_messages
+from gymforge.core.config import GymforgeConfig
+from gymforge.core.prompts import render, templates_dir
+from gymforge.stages.sft import build_sft, export_sft, is_successful, sft_messages
 from gymforge.stages.rollouts import RolloutRecord, SandboxRef, ShardRecord, TeacherRef
-from gymforge.tokenizer import build_tokenizer, count_chat_tokens, load_tokenizer
+from gymforge.student.tokenizer import build_tokenizer, count_chat_tokens, load_tokenizer
 
 EXIT_STATUSES = ["submitted", "autosubmission (max_steps)", "autosubmission (format)", "autosubmission (context)",
                  "autosubmission (cost)", "submission_not_found (submit)", "submission_not_found (max_steps)",
@@ -173,7 +173,7 @@ def test_jsonl_dataset_and_stats_agree(tmp_path, tokenizer_dir):
 def test_export_is_a_folder_load_dataset_reads(tmp_path, tokenizer_dir):
     import datasets
 
-    from gymforge.plots import plot_sft
+    from gymforge.report.sft_plots import plot_sft
 
     rollouts = [rollout(trajectory(["ls", "submit"], tag=str(i), scores=[] if i == 1 else None), i) for i in range(3)]
     results = tmp_path / "results"
@@ -202,7 +202,7 @@ def test_export_is_a_folder_load_dataset_reads(tmp_path, tokenizer_dir):
 
 
 def test_plots_are_pngs(tmp_path, tokenizer_dir):
-    from gymforge.plots import plot_sft
+    from gymforge.report.sft_plots import plot_sft
 
     rollouts = [rollout(trajectory(["ls"] * (i + 1) + ["submit"], tag=str(i), exit_status=status,
                                    scores=[] if "not_found" in status else None), i)
@@ -218,9 +218,9 @@ def test_plots_are_pngs(tmp_path, tokenizer_dir):
 
 
 def test_status_counts_planned_done_kept_and_discarded(tmp_path, tokenizer_dir):
-    from gymforge.specs import VerificationReport
+    from gymforge.core.records import VerificationReport
     from gymforge.stages.rollouts import parts_dir
-    from gymforge.status import collect
+    from gymforge.tools.status import collect
 
     results = tmp_path / "results"
     cfg = GymforgeConfig.model_validate({"results_dir": str(results), "topics": {"n": 3},

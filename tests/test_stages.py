@@ -4,10 +4,10 @@ import json
 
 import pytest
 
-from gymforge.config import validate_config
+from gymforge.core.config import validate_config
 from gymforge.hub import get_hub
-from gymforge.stages.proposals import propose, resolve_dataset
-from gymforge.stages.topics import sample_batch
+from gymforge.stages.proposals import proposal, resolve_dataset
+from gymforge.stages.topics import topic_batch
 
 
 def make_cfg(tmp_path, **overrides):
@@ -33,18 +33,18 @@ def test_topic_batches_are_deterministic_per_seed(tmp_path):
     outs = []
     for run, seed in [("a", 0), ("b", 0), ("c", 7)]:
         cfg = make_cfg(tmp_path / run, seed=seed)
-        outs.append(sample_batch(cfg, "b0000", None, tmp_path / run / "b0000.json").raw)
+        outs.append(topic_batch(cfg, "b0000", None, tmp_path / run / "b0000.json").raw)
     assert outs[0] == outs[1]
     assert outs[0] != outs[2]
 
 
 def test_cache_hit_on_rerun_makes_no_request(tmp_path):
-    from gymforge.ledger import Ledger
+    from gymforge.llm.ledger import Ledger
 
     cfg = make_cfg(tmp_path)
-    first = sample_batch(cfg, "b0000", None, tmp_path / "first.json")
+    first = topic_batch(cfg, "b0000", None, tmp_path / "first.json")
     sent = Ledger(cfg.results / "llm").request_count()
-    again = sample_batch(cfg, "b0000", None, tmp_path / "again.json")
+    again = topic_batch(cfg, "b0000", None, tmp_path / "again.json")
     assert Ledger(cfg.results / "llm").request_count() == sent == 1
     assert again.raw == first.raw and again.usage.cache_hits == 1 and again.usage.calls == 0
 
@@ -54,10 +54,10 @@ def _propose_many(tmp_path, hub, n_batches):
     previous, records = None, []
     for b in range(n_batches):
         out = tmp_path / f"b{b:04d}.json"
-        batch = sample_batch(cfg, f"b{b:04d}", previous, out)
+        batch = topic_batch(cfg, f"b{b:04d}", previous, out)
         previous = out
         for slot in batch.slots:
-            records.append(propose(cfg, slot.item, out, tmp_path / f"{slot.item}.json", hub=hub))
+            records.append(proposal(cfg, slot.item, out, tmp_path / f"{slot.item}.json", hub=hub))
     return records
 
 
@@ -90,15 +90,15 @@ def test_proposals_cover_every_path(proposals):
 
 
 def test_generation_repairs_invalid_drafts_and_is_deterministic(proposals, tmp_path):
-    from gymforge.stages.generation import write_configs, write_starter_code
+    from gymforge.stages.generation import task_configs, starter_code
 
     src, records = proposals
     kept = [r for r in records if r.status == "ok"]
     outcomes = []
     for r in kept:
         cfg = make_cfg(tmp_path / "a")
-        configs = write_configs(cfg, r.item, src / f"{r.item}.json", tmp_path / "a" / f"{r.item}.configs.json")
-        code = write_starter_code(cfg, r.item, src / f"{r.item}.json", tmp_path / "a" / f"{r.item}.configs.json",
+        configs = task_configs(cfg, r.item, src / f"{r.item}.json", tmp_path / "a" / f"{r.item}.configs.json")
+        code = starter_code(cfg, r.item, src / f"{r.item}.json", tmp_path / "a" / f"{r.item}.configs.json",
                                   tmp_path / "a" / r.item / "status.json", tmp_path / "a" / r.item / "mlgym")
         outcomes.append((r, configs, code))
     repaired = [c for _, c, _ in outcomes if c.status == "ok" and len(c.attempts) > 1]
@@ -113,5 +113,5 @@ def test_generation_repairs_invalid_drafts_and_is_deterministic(proposals, tmp_p
 
     # A fresh cache and the same seed give byte-identical configs.
     r, first, _ = outcomes[0]
-    again = write_configs(make_cfg(tmp_path / "b"), r.item, src / f"{r.item}.json", tmp_path / "b" / "c.json")
+    again = task_configs(make_cfg(tmp_path / "b"), r.item, src / f"{r.item}.json", tmp_path / "b" / "c.json")
     assert again.files == first.files

@@ -7,8 +7,8 @@ from pathlib import Path
 import pytest
 from test_mlgym import mlgym_load
 
-from gymforge.codeblocks import parse_files
-from gymforge.task_files import ConfigBundle, TaskValidationError, validate_code_files, validate_config_files, write_task_tree
+from gymforge.llm.codeblocks import parse_files
+from gymforge.tasks.files import ConfigBundle, TaskValidationError, validate_code_files, validate_config_files, write_task_tree
 
 COLUMNS = {"species", "island", "bill_length_mm", "bill_depth_mm", "flipper_length_mm", "body_mass_g", "sex", "year"}
 

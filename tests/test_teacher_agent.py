@@ -13,17 +13,17 @@ from typing import Any
 
 import pytest
 
-from gymforge import mlgym
+from gymforge.tasks import mlgym
 from gymforge.agent import Agent, AgentConfig, AgentTask, EvaluationFormatError, SubmissionNotFound, parse_reply
 from gymforge.agent.parsing import FormatError
-from gymforge.codeblocks import parse_files
-from gymforge.codecheck import check_python
-from gymforge.config import EndpointConfig
-from gymforge.hub import catalog
-from gymforge.hub.offline import feature_dtypes, split_train_test
-from gymforge.llm import LLMClient
-from gymforge.offline_teacher import agent_policy, dispatch, ensure_server, families, improvements
-from gymforge.prompts import render
+from gymforge.llm.codeblocks import parse_files
+from gymforge.tasks.codecheck import check_python
+from gymforge.core.config import EndpointConfig
+from gymforge.offline import catalog
+from gymforge.hub.data import feature_dtypes, split_train_test
+from gymforge.llm.client import LLMClient
+from gymforge.offline import agent_policy, dispatch, ensure_server, families, improvements
+from gymforge.core.prompts import render
 from gymforge.sandbox import ExecResult, Limits, get_sandbox
 
 # One thread per numeric library: parallel runs on a small machine otherwise spin against each other.

@@ -1,6 +1,6 @@
 import pytest
 
-from gymforge.teacher_json import NotJSON, extract_json
+from gymforge.llm.json_reply import NotJSON, extract_json
 
 
 @pytest.mark.parametrize("text", [

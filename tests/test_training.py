@@ -13,9 +13,10 @@ from typing import Any
 import pytest
 import yaml
 
-from gymforge import student, training
-from gymforge.config import GymforgeConfig, ModelSpec
-from gymforge.tokenizer import train_offline_tokenizer
+from gymforge.student import base as student
+from gymforge.stages import training
+from gymforge.core.config import GymforgeConfig, ModelSpec
+from gymforge.student.tokenizer import train_offline_tokenizer
 from workflow_copy import copy_workflow
 
 SYSTEM = "You are a research agent. Answer with a DISCUSSION and one command."
@@ -144,7 +145,7 @@ def test_qwen3_template_without_markers_uses_trl_training_template(fixture_dir: 
     """A production Qwen3 tokenizer has no generation markers: TRL's Qwen3 training template supplies them."""
     from trl.chat_template_utils import qwen3_chat_template
 
-    from gymforge.tokenizer import load_tokenizer
+    from gymforge.student.tokenizer import load_tokenizer
 
     tok = load_tokenizer(fixture_dir / "tokenizer")
     tok.chat_template = qwen3_chat_template  # byte-identical to Qwen/Qwen3-*'s
@@ -187,12 +188,12 @@ def test_truncation_at_max_length(fixture_dir: Path, tmp_path: Path) -> None:
 def test_bad_inputs_fail_clearly(fixture_dir: Path, tmp_path: Path) -> None:
     import datasets
 
-    from gymforge.sft import _features
+    from gymforge.stages.sft import _features
 
     features = _features()  # what the SFT stage writes when no trajectory was kept
     datasets.Dataset.from_dict({k: [] for k in features}, features=features).save_to_disk(str(tmp_path / "empty"))
     with pytest.raises(training.TrainingError, match="empty"):
-        training.train(make_cfg(), tmp_path / "empty", fixture_dir / "base", fixture_dir / "tokenizer",
+        training.train_student(make_cfg(), tmp_path / "empty", fixture_dir / "base", fixture_dir / "tokenizer",
                        tmp_path / "out")
     assert not (tmp_path / "out").exists() and not any(p.name.endswith(".tmp") for p in tmp_path.iterdir())
     assert training.resolve_precision("auto") in ("fp32", "bf16")
@@ -210,7 +211,7 @@ def test_bad_inputs_fail_clearly(fixture_dir: Path, tmp_path: Path) -> None:
 @pytest.fixture(scope="module")
 def trained(fixture_dir: Path) -> tuple[Path, training.TrainReport]:
     out = fixture_dir / "checkpoints" / "tiny-qwen3"
-    report = training.train(make_cfg(epochs=30.0), fixture_dir / "dataset", fixture_dir / "base",
+    report = training.train_student(make_cfg(epochs=30.0), fixture_dir / "dataset", fixture_dir / "base",
                             fixture_dir / "tokenizer", out)
     return out, report
 
@@ -244,7 +245,7 @@ def test_the_fine_tuned_model_answers_in_the_trained_format(fixture_dir: Path,
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from gymforge.serving import open_endpoint
+    from gymforge.llm.serving import open_endpoint
 
     out, _ = trained
     messages = [{"role": "system", "content": SYSTEM}, {"role": "user", "content": user("predict ozone levels")}]
@@ -273,7 +274,7 @@ def test_lora_trains_and_saves_a_merged_model(fixture_dir: Path, tmp_path: Path)
     from transformers import AutoModelForCausalLM
 
     cfg = make_cfg(epochs=2.0, learning_rate=1e-2, lora={"enabled": True, "r": 4, "alpha": 8, "dropout": 0.0})
-    report = training.train(cfg, fixture_dir / "dataset", fixture_dir / "base", fixture_dir / "tokenizer",
+    report = training.train_student(cfg, fixture_dir / "dataset", fixture_dir / "base", fixture_dir / "tokenizer",
                             tmp_path / "lora")
     assert report.lora and report.steps == 6
     names = {p.name for p in (tmp_path / "lora").iterdir()}
@@ -303,7 +304,7 @@ def test_a_failed_run_leaves_no_checkpoint(fixture_dir: Path, tmp_path: Path) ->
     stale.mkdir(parents=True)
     (stale / "config.json").write_text("{}")  # a previous killed run's leftovers
     with pytest.raises(RuntimeError, match="killed mid-training"):
-        training.train(make_cfg(epochs=2.0), fixture_dir / "dataset", fixture_dir / "base",
+        training.train_student(make_cfg(epochs=2.0), fixture_dir / "dataset", fixture_dir / "base",
                        fixture_dir / "tokenizer", out, callbacks=[Boom()])
     assert list(out.parent.iterdir()) == []  # neither the checkpoint nor a temp folder
 
@@ -317,7 +318,7 @@ ARGV = ["--config", "c.yaml", "--dataset", "results/sft/dataset", "--base", "res
 
 @pytest.mark.parametrize("gpus", [0, 1])
 def test_launch_command_single_process(gpus: int) -> None:
-    assert training.launch_command(make_cfg(gpus=gpus), ARGV) == [sys.executable, "-m", "gymforge", "train", *ARGV]
+    assert training.launch_command(make_cfg(gpus=gpus), ARGV) == [sys.executable, "-m", "gymforge", "train-student", *ARGV]
 
 
 @pytest.mark.parametrize("strategy, distributed", [("ddp", "MULTI_GPU"), ("fsdp", "FSDP"),
@@ -328,9 +329,9 @@ def test_launch_command_multi_gpu(strategy: str, distributed: str) -> None:
     cmd = training.launch_command(make_cfg(gpus=4, strategy=strategy), ARGV)
     assert Path(cmd[0]).name == "accelerate" and cmd[1] == "launch"
     config_file = Path(cmd[cmd.index("--config_file") + 1])
-    assert config_file.name == f"{strategy}.yaml" and config_file.parent.parts[-2:] == ("configs", "accelerate")
+    assert config_file.name == f"{strategy}.yaml" and config_file.parent.parts[-2:] == ("core", "accelerate")
     assert cmd[cmd.index("--num_processes") + 1] == "4"
-    assert cmd[cmd.index("-m") + 1:] == ["gymforge", "train", *ARGV]
+    assert cmd[cmd.index("-m") + 1:] == ["gymforge", "train-student", *ARGV]
     raw = yaml.safe_load(config_file.read_text())
     assert raw["distributed_type"] == distributed and raw["mixed_precision"] == "no"
     if strategy == "fsdp":

@@ -4,13 +4,13 @@ import json
 
 import pytest
 
-from gymforge.config import validate_config
-from gymforge.environment import TaskEnvironment
+from gymforge.core.config import validate_config
+from gymforge.tasks.environment import TaskEnvironment
 from gymforge.hub import get_hub
 from gymforge.sandbox import get_sandbox
-from gymforge.specs import ProposalRecord, TaskProposal, VerificationReport
-from gymforge.stages.generation import write_configs, write_starter_code
-from gymforge.stages.verification import verify
+from gymforge.core.records import ProposalRecord, TaskProposal, VerificationReport
+from gymforge.stages.generation import task_configs, starter_code
+from gymforge.stages.verification import verify_environment
 
 pytestmark = pytest.mark.slow
 TOPIC = "Nearest-neighbour methods for iris species recognition"
@@ -32,8 +32,8 @@ def broken_task(tmp_path_factory):
                                                     description="Classify iris species.", dataset="sklearn/iris"))
     files = {"proposal": root / "proposal.json", "configs": root / "configs.json", "code": root / "task" / "status.json"}
     files["proposal"].write_text(proposal.model_dump_json())
-    assert write_configs(cfg, "t0000", files["proposal"], files["configs"]).status == "ok"
-    record = write_starter_code(cfg, "t0000", files["proposal"], files["configs"], files["code"], root / "task" / "mlgym")
+    assert task_configs(cfg, "t0000", files["proposal"], files["configs"]).status == "ok"
+    record = starter_code(cfg, "t0000", files["proposal"], files["configs"], files["code"], root / "task" / "mlgym")
     assert record.status == "ok"
     baseline_path = next(p for p in record.files if p.endswith("/baseline.py"))
     broken = record.files[baseline_path].replace("def main() -> None:\n",
@@ -48,7 +48,7 @@ def broken_task(tmp_path_factory):
 def run_verify(root, files, name, **verification) -> VerificationReport:
     cfg = make_cfg(root / name, **verification)
     out = root / name / "environments" / "t0000"
-    return verify(cfg, "t0000", files["proposal"], files["configs"], files["code"], root / "task" / "mlgym",
+    return verify_environment(cfg, "t0000", files["proposal"], files["configs"], files["code"], root / "task" / "mlgym",
                   out / "report.json", out / "verified")
 
 

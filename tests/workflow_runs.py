@@ -89,7 +89,7 @@ def leftovers(workdir: Path) -> list[str]:
 
 @pytest.fixture(scope="session")
 def teacher_url() -> str:
-    from gymforge.offline_teacher.server import ensure_server
+    from gymforge.offline.server import ensure_server
 
     return ensure_server()
 
@@ -107,8 +107,8 @@ def clean_tasks(tmp_path_factory: pytest.TempPathFactory, teacher_url: str) -> d
 def main() -> None:
     from fault_proxy import FaultProxy
 
-    from gymforge.ledger import Ledger
-    from gymforge.offline_teacher.server import ensure_server
+    from gymforge.llm.ledger import Ledger
+    from gymforge.offline.server import ensure_server
 
     parser = argparse.ArgumentParser()
     parser.add_argument("what", choices=["faults", "clean"])

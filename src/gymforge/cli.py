@@ -1,103 +1,122 @@
-"""The `gymforge` command: one subcommand per pipeline step (what the Snakemake rules call) plus inspection tools."""
+"""The `gymforge` command: one verb per pipeline step, named as its Snakemake rule, plus the tools around them.
+
+A step's verb, flags and help come from its function's signature (`STEPS`): rule `eval_runs` runs
+`gymforge eval-runs`, which calls `gymforge.stages.evaluation.eval_runs`; parameter `report_out` is flag
+`--report-out`, `cfg` is `--config`. The tools (status, show-*, estimate, run-task, ...) keep hand-written
+parsers."""
 
 from __future__ import annotations
 
 import argparse
+import importlib
+import inspect
 import json
 import logging
 import sys
 from pathlib import Path
+from typing import Any, Callable
 
-from gymforge.config import ConfigError, GymforgeConfig, load_config
+from gymforge.core.config import ConfigError, GymforgeConfig, load_config
 
 
 def _config(args) -> GymforgeConfig:
     return load_config(args.config)
 
 
-def _cmd_sample_topics(args) -> None:
-    from gymforge.stages.topics import sample_batch
+# ---- pipeline steps: verb -> the function its rule runs ------------------------------------------------
 
-    result = sample_batch(_config(args), args.batch, Path(args.previous) if args.previous else None, Path(args.out))
-    kept = sum(s.status == "ok" for s in result.slots)
-    print(f"{args.batch}: {kept}/{len(result.slots)} topics kept")
+STEPS: dict[str, tuple[str, str]] = {  # verb: (module:function, help)
+    "topic-batch": ("gymforge.stages.topics:topic_batch", "stage 3.1: sample one batch of topics"),
+    "proposal": ("gymforge.stages.proposals:proposal", "stage 3.2: propose a dataset-grounded task for one topic slot"),
+    "fetch-dataset": ("gymforge.stages.datasets:fetch_dataset", "fetch one hub dataset into the host cache that sandboxes mount read-only"),
+    "task-configs": ("gymforge.stages.generation:task_configs", "stage 3.3a: write and validate the MLGym configs"),
+    "starter-code": ("gymforge.stages.generation:starter_code", "stage 3.3b: write and validate the starter code, emit the MLGym tree"),
+    "verify-environment": ("gymforge.stages.verification:verify_environment", "stage 3.4: verify one task (baseline, evaluation, teacher episode, debug loop)"),
+    "micro-task": ("gymforge.stages.micro:micro_task", "micro-scale variant of one verified task: subsample, verify (SPEC 3.9)"),
+    "rollout-shard": ("gymforge.stages.rollouts:rollout_shard", "stage 3.5: run (or resume) one shard of teacher rollouts of a task"),
+    "student-tokenizer": ("gymforge.stages.sft:student_tokenizer", "save the student's tokenizer (offline: train one locally)"),
+    "sft-dataset": ("gymforge.stages.sft:sft_dataset", "stage 3.6: filter the rollouts into the SFT dataset and its stats"),
+    "sft-plots": ("gymforge.stages.sft:sft_plots", "plots of the trajectory stage (kept per task; Figure-4-style stats)"),
+    "student-base": ("gymforge.stages.training:student_base", "build the student's base model (offline: a tiny random-init Qwen3)"),
+    "train-student": ("gymforge.stages.training:train_student", "stage 3.7: SFT of the student with TRL (run it with accelerate for several GPUs)"),
+    "decontamination": ("gymforge.stages.evaluation:decontamination", "fail if a synthesized task shares a dataset or task family with the benchmark"),
+    "eval-runs": ("gymforge.stages.evaluation:eval_runs", "stage 3.8: run (or resume) one model's runs on one benchmark task"),
+    "score-table": ("gymforge.stages.scores:score_table", "stage 3.8: Best Attempt / Best Submission, AUP and plots"),
+    "run-summary": ("gymforge.stages.scores:run_summary", "funnel, reasons and LLM usage as report pages"),
+}
 
-
-def _cmd_propose(args) -> None:
-    from gymforge.stages.proposals import propose
-
-    r = propose(_config(args), args.slot, Path(args.batch_file), Path(args.out))
-    print(f"{args.slot}: {r.status}" + (f" ({r.reason_code}: {r.reason})" if r.reason else f" dataset={r.dataset and r.dataset['id']}"))
-
-
-def _cmd_write_configs(args) -> None:
-    from gymforge.stages.generation import write_configs
-
-    r = write_configs(_config(args), args.slot, Path(args.proposal), Path(args.out))
-    print(f"{args.slot}: {r.status} task={r.task_id} attempts={len(r.attempts)}" + (f" ({r.reason})" if r.reason else ""))
-
-
-def _cmd_write_code(args) -> None:
-    from gymforge.stages.generation import write_starter_code
-
-    r = write_starter_code(_config(args), args.slot, Path(args.proposal), Path(args.configs),
-                           Path(args.status_out), Path(args.tree_out))
-    print(f"{args.slot}: {r.status} task={r.task_id} attempts={len(r.attempts)}" + (f" ({r.reason})" if r.reason else ""))
-
-
-def _cmd_verify(args) -> None:
-    from gymforge.stages.verification import verify
-
-    r = verify(_config(args), args.slot, Path(args.proposal), Path(args.configs), Path(args.code), Path(args.tree),
-               Path(args.report_out), Path(args.env_out))
-    print(f"{args.slot}: {r.status} task={r.task_id} iterations={len(r.iterations)} baseline={r.baseline_scores}"
-          + (f" ({r.reason})" if r.reason else ""))
+# Annotation (as written, `from __future__ import annotations`) -> argparse keywords. Parameters of other
+# types (test hooks such as `llm=`, `callbacks=`) must have defaults and are not flags.
+_FLAG_TYPES: dict[str, dict[str, Any]] = {
+    "Path": {"type": Path}, "str | Path": {"type": Path}, "Path | str": {"type": Path},
+    "Path | None": {"type": Path, "nargs": "?"}, "str": {"type": str}, "str | None": {"type": str},
+    "int": {"type": int}, "float": {"type": float}, "bool": {"action": "store_true"},
+    "list[Path]": {"type": Path, "nargs": "*"}, "list[int]": {"type": int, "nargs": "*"},
+    "list[str]": {"type": str, "nargs": "*"},
+}
 
 
-def _cmd_rollout_shard(args) -> None:
-    from gymforge.stages.rollouts import run_shard
-
-    if not args.verbose:  # one line per request would drown the per-rollout progress lines
-        for name in ("httpx", "httpx2"):
-            logging.getLogger(name).setLevel(logging.WARNING)
-    r = run_shard(_config(args), args.slot, int(args.shard), Path(args.report), Path(args.env), Path(args.out))
-    exits: dict[str, int] = {}
-    for rollout in r.rollouts:
-        status = rollout.trajectory.info.exit_status or "unknown"
-        exits[status] = exits.get(status, 0) + 1
-    print(f"{args.slot} shard {args.shard}: {r.status} task={r.task_id} rollouts={len(r.rollouts)} "
-          f"resumed={r.resumed} exits={exits}" + (f" ({r.reason})" if r.reason else ""))
+def _step_function(target: str) -> Callable[..., Any]:
+    module, _, name = target.partition(":")
+    return getattr(importlib.import_module(module), name)
 
 
-def _cmd_student_tokenizer(args) -> None:
-    from gymforge.tokenizer import build_tokenizer, load_tokenizer
-
-    cfg = _config(args)
-    out = build_tokenizer(cfg.train.student, Path(args.out), Path(args.templates), [Path(e) for e in args.envs])
-    print(f"{out}: {len(load_tokenizer(out))} tokens ({cfg.train.student})")
-
-
-def _sft_shards(cfg: GymforgeConfig) -> list[Path]:
-    from gymforge.stages.rollouts import shard_ids
-    from gymforge.stages.topics import slot_id
-
-    return [cfg.results / "trajectories" / slot_id(i) / f"shard_{k}.json"
-            for i in range(cfg.topics.n) for k in shard_ids(cfg)]
+def _add_step(sub: Any, verb: str, target: str, help: str) -> None:
+    """The step's entry in `gymforge --help`; its flags come from the function when it runs (`_step_parser`),
+    so building the parser imports no stage module."""
+    p = sub.add_parser(verb, help=help, add_help=False, prefix_chars="\0")
+    p.add_argument("rest", nargs=argparse.REMAINDER)
+    p.set_defaults(func=lambda args: _run_step(verb, target, args.rest))
 
 
-def _cmd_sft_dataset(args) -> None:
-    from gymforge.sft import build_sft
+def _step_parser(verb: str, function: Callable[..., Any]) -> argparse.ArgumentParser:
+    doc = inspect.getdoc(function) or ""
+    p = argparse.ArgumentParser(prog=f"gymforge {verb}", description=doc.split("\n\n")[0])
+    for param in inspect.signature(function).parameters.values():
+        if param.name == "cfg":
+            p.add_argument("--config", default="config.yaml", help="config YAML/JSON (default: config.yaml)")
+            continue
+        flag = "--" + param.name.replace("_", "-")
+        kind = _FLAG_TYPES.get(str(param.annotation).replace("'", ""))
+        if kind is None:
+            if param.default is inspect.Parameter.empty:
+                raise TypeError(f"{function.__qualname__}: parameter {param.name} ({param.annotation}) has no flag type")
+            continue
+        if param.default is inspect.Parameter.empty:
+            p.add_argument(flag, dest=param.name, required=kind.get("nargs") != "*", default=[], **kind)
+        else:
+            p.add_argument(flag, dest=param.name, default=param.default, **kind)
+    return p
 
-    cfg = _config(args)
-    stats = build_sft(cfg, _sft_shards(cfg), Path(args.tokenizer), jsonl_out=Path(args.jsonl_out),
-                      dataset_out=Path(args.dataset_out), rollouts_out=Path(args.rollouts_out),
-                      stats_out=Path(args.stats_out), extra_sources=cfg.sft.extra_sources)
-    print(f"kept {stats['kept']} of {stats['rollouts']} trajectories from {stats['tasks']} tasks; "
-          f"discarded {stats['discarded']}")
+
+def _run_step(verb: str, target: str, argv: list[str]) -> None:
+    function = _step_function(target)
+    args = vars(_step_parser(verb, function).parse_args(argv))
+    if "config" in args:
+        args["cfg"] = load_config(args.pop("config"))
+    _print_result(function(**args))
+
+
+def _print_result(result: Any) -> None:
+    """A step's return value as the line(s) its job log shows."""
+    if result is None:
+        return
+    if isinstance(result, (list, tuple)):
+        for r in result:
+            _print_result(r)
+        return
+    dump = getattr(result, "model_dump", None)
+    if dump is None:
+        print(result)
+        return
+    fields = {k: v for k, v in dump().items() if isinstance(v, (str, int, float)) and v is not None}
+    head = fields.pop("item", None) or fields.pop("batch", None) or type(result).__name__
+    keep = ("status", "task_id", "reason_code", "reason", "steps", "examples", "final_loss", "resumed")
+    print(f"{head}: " + " ".join(f"{k}={fields[k]}" for k in keep if k in fields))
 
 
 def _cmd_import_trajectories(args) -> None:
-    from gymforge.importing import import_trajectories
+    from gymforge.tools.import_trajectories import import_trajectories
 
     cfg = _config(args)
     tokenizer = Path(args.tokenizer) if args.tokenizer else cfg.results / "student" / "tokenizer"
@@ -110,81 +129,28 @@ def _cmd_import_trajectories(args) -> None:
           f"{Path(args.out) / 'stats.json'}")
 
 
-def _cmd_sft_plots(args) -> None:
-    from gymforge.plots import plot_sft
-
-    for path in plot_sft(Path(args.stats), Path(args.rollouts), Path(args.kept_out), Path(args.stats_out)):
-        print(path)
-
-
 def _cmd_export_sft(args) -> None:
-    from gymforge.sft import export_sft
+    from gymforge.stages.sft import export_sft
 
     results = Path(args.results) if args.results else _config(args).results
     out = export_sft(results, Path(args.dir))
     print(f"{out}: ready for datasets.load_dataset({str(out)!r}) and push_to_hub (see {out / 'README.md'})")
 
 
-def _cmd_student_base(args) -> None:
-    from gymforge.student import build_base
+def _cmd_train_rl(args) -> None:
+    from gymforge.stages.rl import load_tasks, train_rl
 
-    print(f"student base: {build_base(_config(args), Path(args.tokenizer), Path(args.out))}")
-
-
-def _cmd_train(args) -> None:
-    from gymforge.training import train
-
-    report = train(_config(args), Path(args.dataset), args.base, Path(args.tokenizer), Path(args.out))
-    print(f"trained {report.steps} steps on {report.examples} examples: loss {report.first_loss:.3f} -> "
-          f"{report.final_loss:.3f}, {report.tokens_per_s:.0f} tokens/s")
-
-
-def _cmd_eval_runs(args) -> None:
-    from gymforge.stages.evaluation import evaluate_task
-
-    runs = [int(k) for k in args.runs.split(",") if k]
-    r = evaluate_task(_config(args), args.model, args.task, runs, Path(args.out), checkpoint=args.checkpoint,
-                      log_file=Path(args.log) if args.log else None)
-    valid = sum(run.valid_submission for run in r.runs)
-    print(f"{args.model} on {args.task}: {valid}/{len(r.runs)} runs with a valid submission")
-
-
-def _cmd_decontamination(args) -> None:
-    from gymforge.benchmark.decontamination import ContaminationError, proposal_extra, run
-
-    cfg = _config(args)
-    proposals = {Path(p).stem: Path(p) for p in args.proposals}
-    trees, extra = [], {}
-    for env in map(Path, args.synthesized):  # results/environments/<slot>/verified
-        if (env / "mlgym").is_dir():
-            trees.append(env / "mlgym")
-            if env.parent.name in proposals:
-                extra[str(env / "mlgym")] = proposal_extra(proposals[env.parent.name])
-    try:
-        report = run(cfg.evaluate, trees, Path(args.out), extra)
-    except ContaminationError as err:
-        sys.exit(f"gymforge: scores on the {cfg.evaluate.benchmark} benchmark would be contaminated:\n{err}")
-    print(f"decontamination: {report.checked} synthesized tasks share no dataset or family with the benchmark")
-
-
-def _cmd_score_table(args) -> None:
-    from gymforge.stages.scores import score_table
-
-    table = score_table(_config(args), [Path(r) for r in args.records], aup_out=Path(args.aup_out),
-                        scores_out=Path(args.scores_out), replies_out=Path(args.replies_out),
-                        violins_out=Path(args.violins_out), bars_out=Path(args.bars_out),
-                        profiles_out=Path(args.profiles_out))
-    print(table)
-
-
-def _cmd_run_summary(args) -> None:
-    from gymforge.run_report import write_summary
-
-    write_summary(Path(args.results), Path(args.html_out), Path(args.png_out))
+    tasks = load_tasks(args.slots, [Path(p) for p in args.reports], [Path(p) for p in args.envs],
+                       [Path(p) for p in args.proposals])
+    curve = train_rl(_config(args), Path(args.sft), tasks, Path(args.out), Path(args.curve_out),
+                     log_file=Path(args.log) if args.log else None)
+    rows = curve["iterations"]
+    print(f"{len(rows)} RL iterations: mean reward first quarter {curve.get('first_quarter_mean_reward')} -> "
+          f"last quarter {curve.get('last_quarter_mean_reward')}")
 
 
 def _cmd_aup(args) -> None:
-    from gymforge.aup import AupError, run_aup
+    from gymforge.benchmark.aup import AupError, run_aup
 
     try:
         print(run_aup(Path(args.runs_dir), tasks=args.tasks, out_csv=Path(args.out) if args.out else None), end="")
@@ -193,7 +159,7 @@ def _cmd_aup(args) -> None:
 
 
 def _cmd_status(args) -> None:
-    from gymforge.status import collect, render_table, watch
+    from gymforge.tools.status import collect, render_table, watch
 
     if args.watch:
         watch(Path(args.results), interval=args.interval, count=args.count)
@@ -203,7 +169,7 @@ def _cmd_status(args) -> None:
 
 
 def _cmd_show_task(args) -> None:
-    from gymforge.show import ShowError, render_task, task_summary
+    from gymforge.tools.show import ShowError, render_task, task_summary
 
     try:
         summary = task_summary(Path(args.results), args.task)
@@ -213,8 +179,8 @@ def _cmd_show_task(args) -> None:
 
 
 def _cmd_show_trajectory(args) -> None:
-    from gymforge import atomic
-    from gymforge.show import ShowError, load_episode, render_trajectory_html, render_trajectory_text
+    from gymforge.core import atomic
+    from gymforge.tools.show import ShowError, load_episode, render_trajectory_html, render_trajectory_text
 
     try:
         traj, context = load_episode(Path(args.path), args.rollout)
@@ -228,7 +194,7 @@ def _cmd_show_trajectory(args) -> None:
 
 
 def _cmd_estimate(args) -> None:
-    from gymforge.estimate import estimate, has_data, load_configs, measure, render
+    from gymforge.tools.estimate import estimate, has_data, load_configs, measure, render
 
     cfg = load_configs(args.configfile)
     results = Path(args.results) if args.results else cfg.results
@@ -244,9 +210,9 @@ def _cmd_estimate(args) -> None:
 
 def _cmd_run_task(args) -> None:
     from gymforge.agent.trajectory import read_trajectory
-    from gymforge.run_task import run_task
+    from gymforge.tools.run_task import run_task
 
-    from gymforge.hub.prefetch import cache_root
+    from gymforge.stages.datasets import cache_root
 
     cfg = _config(args) if args.policy == "teacher" else None
     # Hub datasets come from the config's dataset cache; without a config file, from the default one.
@@ -263,9 +229,9 @@ def _cmd_run_task(args) -> None:
 
 
 def _cmd_teacher_server(args) -> None:
-    from gymforge.offline_teacher.server import serve
+    from gymforge.core import plugins
 
-    serve(host=args.host, port=args.port)
+    plugins.load("offline-teacher-server")(host=args.host, port=args.port)
 
 
 def _cmd_hub(args) -> None:
@@ -279,23 +245,8 @@ def _cmd_hub(args) -> None:
         print(hub.describe(args.query, n_rows=args.limit).model_dump_json(indent=2))
 
 
-def _cmd_prefetch_dataset(args) -> None:
-    from gymforge.hub import DatasetNotFound, HubUnavailable
-    from gymforge.hub.prefetch import MANIFEST, PrefetchError, dataset_key, fetch_hub, prefetch
-
-    cfg = _config(args)
-    out = Path(args.out)
-    if out.name != MANIFEST or out.parent.name != dataset_key(args.dataset_id):
-        sys.exit(f"gymforge: --out must be <cache root>/{dataset_key(args.dataset_id)}/{MANIFEST}, got {out}")
-    try:
-        m = prefetch(fetch_hub(cfg, args.dataset_id), args.dataset_id, out.parent.parent)
-    except (DatasetNotFound, HubUnavailable, PrefetchError) as err:
-        sys.exit(f"gymforge: {err}")
-    print(f"{m.id}: {m.hub} hub, config {m.config or 'default'}, splits {m.splits}, {m.bytes} bytes -> {out.parent}")
-
-
 def _cmd_schemas(args) -> None:
-    from gymforge.schemas import check_schemas, write_schemas
+    from gymforge.core.schemas import check_schemas, write_schemas
 
     if args.check:
         stale = check_schemas(Path(args.out))
@@ -319,44 +270,8 @@ def build_parser() -> argparse.ArgumentParser:
         p.set_defaults(func=func)
         return p
 
-    p = command("sample-topics", _cmd_sample_topics, "stage 3.1: sample one batch of topics")
-    p.add_argument("--batch", required=True)
-    p.add_argument("--previous", default="")
-    p.add_argument("--out", required=True)
-
-    p = command("propose", _cmd_propose, "stage 3.2: propose a dataset-grounded task for one topic slot")
-    p.add_argument("--slot", required=True)
-    p.add_argument("--batch-file", required=True)
-    p.add_argument("--out", required=True)
-
-    p = command("write-configs", _cmd_write_configs, "stage 3.3a: write and validate the MLGym configs")
-    p.add_argument("--slot", required=True)
-    p.add_argument("--proposal", required=True)
-    p.add_argument("--out", required=True)
-
-    p = command("write-code", _cmd_write_code, "stage 3.3b: write and validate the starter code, emit the MLGym tree")
-    p.add_argument("--slot", required=True)
-    p.add_argument("--proposal", required=True)
-    p.add_argument("--configs", required=True)
-    p.add_argument("--status-out", required=True)
-    p.add_argument("--tree-out", required=True)
-
-    p = command("verify", _cmd_verify, "stage 3.4: verify one task (baseline, evaluation, teacher episode, debug loop)")
-    for flag in ("--slot", "--proposal", "--configs", "--code", "--tree", "--report-out", "--env-out"):
-        p.add_argument(flag, required=True)
-
-    p = command("rollout-shard", _cmd_rollout_shard, "stage 3.5: run (or resume) one shard of teacher rollouts of a task")
-    for flag in ("--slot", "--shard", "--report", "--env", "--out"):
-        p.add_argument(flag, required=True)
-
-    p = command("student-tokenizer", _cmd_student_tokenizer, "save the student's tokenizer (offline: train one locally)")
-    p.add_argument("--templates", default="templates")
-    p.add_argument("--envs", nargs="*", default=[], help="verified environment folders (offline corpus)")
-    p.add_argument("--out", required=True)
-
-    p = command("sft-dataset", _cmd_sft_dataset, "stage 3.6: filter the rollouts into the SFT dataset and its stats")
-    for flag in ("--tokenizer", "--jsonl-out", "--dataset-out", "--rollouts-out", "--stats-out"):
-        p.add_argument(flag, required=True)
+    for verb, (target, help) in STEPS.items():
+        _add_step(sub, verb, target, help)
 
     p = command("import-trajectories", _cmd_import_trajectories, "SFT examples from MLGym run folders "
                 "(<task>.traj + results.json) or gymforge shards, through the SFT filters")
@@ -366,39 +281,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--tokenizer", default=None, help="the student's tokenizer (default: "
                    "<results_dir>/student/tokenizer of --config)")
 
-    p = command("sft-plots", _cmd_sft_plots, "plots of the trajectory stage (kept per task; Figure-4-style stats)",
-                config=False)
-    for flag in ("--stats", "--rollouts", "--kept-out", "--stats-out"):
+    p = command("train-rl", _cmd_train_rl, "stage 3.9: on-policy RL (GRPO) of the SFT student on micro tasks")
+    for flag in ("--sft", "--out", "--curve-out"):
         p.add_argument(flag, required=True)
-
-    p = command("student-base", _cmd_student_base, "build the student's base model (offline: a tiny random-init Qwen3)")
-    p.add_argument("--tokenizer", required=True)
-    p.add_argument("--out", required=True)
-
-    p = command("train", _cmd_train, "stage 3.7: SFT of the student with TRL (run it with accelerate for several GPUs)")
-    for flag in ("--dataset", "--base", "--tokenizer", "--out"):
-        p.add_argument(flag, required=True)
-
-    p = command("eval-runs", _cmd_eval_runs, "stage 3.8: run (or resume) one model's runs on one benchmark task")
-    for flag in ("--model", "--task", "--runs", "--out"):
-        p.add_argument(flag, required=True)
-    p.add_argument("--checkpoint", default=None, help="folder or hub id a served model is loaded from")
-    p.add_argument("--log", default=None, help="the job's log; a served model logs to <log stem>.server.log beside it")
-
-    p = command("decontamination", _cmd_decontamination,
-                "fail if a synthesized task shares a dataset or task family with the benchmark")
-    p.add_argument("--synthesized", nargs="*", default=[], help="verified environment folders")
-    p.add_argument("--proposals", nargs="*", default=[], help="the slots' proposal records (topic and dataset text)")
-    p.add_argument("--out", required=True)
-
-    p = command("score-table", _cmd_score_table, "stage 3.8: Best Attempt / Best Submission, AUP and plots")
-    p.add_argument("--records", nargs="+", required=True)
-    for flag in ("--aup-out", "--scores-out", "--replies-out", "--violins-out", "--bars-out", "--profiles-out"):
-        p.add_argument(flag, required=True)
-
-    p = command("run-summary", _cmd_run_summary, "funnel, reasons and LLM usage as report pages", config=False)
-    for flag in ("--results", "--html-out", "--png-out"):
-        p.add_argument(flag, required=True)
+    for flag in ("--slots", "--reports", "--envs", "--proposals"):
+        p.add_argument(flag, nargs="+", required=True, help="one per RL task, in the same order")
+    p.add_argument("--log", default=None, help="the job's log; the policy server logs to <log stem>.server.log")
 
     p = command("aup", _cmd_aup, "AUP of a directory of MLGym-format run folders (<model>__<task>__*/results.json)",
                 config=False)
@@ -463,11 +351,6 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("query")
     p.add_argument("--limit", type=int, default=10)
 
-    p = command("prefetch-dataset", _cmd_prefetch_dataset,
-                "fetch one hub dataset into the host cache that sandboxes mount read-only")
-    p.add_argument("--dataset-id", required=True, help="hub id, owner/name")
-    p.add_argument("--out", required=True, help="the entry's manifest: <cache root>/<owner--name>/manifest.json")
-
     p = command("schemas", _cmd_schemas, "regenerate (or --check) the JSON schemas from the Pydantic models", config=False)
     p.add_argument("--out", default="schemas")
     p.add_argument("--check", action="store_true")
@@ -475,7 +358,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> None:
-    from gymforge import job
+    from gymforge.core import job
 
     # `gymforge --log <file> <command> ...`: a Snakemake job (log attempts, scratch dir, failure record).
     argv, log = job.split_log_option(sys.argv[1:] if argv is None else argv)
@@ -485,17 +368,17 @@ def main(argv: list[str] | None = None) -> None:
 
 def _main(argv: list[str]) -> None:
     if argv and argv[0] == "with-gpus":  # before argparse: everything after `--` is the command
-        from gymforge import gpus
+        from gymforge.core import gpus
 
         sys.exit(gpus.main(argv[1:]))
     args = build_parser().parse_args(argv)
     logging.basicConfig(level=logging.DEBUG if args.verbose else logging.INFO,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     from gymforge.benchmark.suite import BenchmarkError
-    from gymforge.environment import BaselineFailed, InstallError, TaskUnsupported
-    from gymforge.importing import TrajectoryImportError
-    from gymforge.llm import BudgetExceeded
-    from gymforge.mlgym import MLGymConfigError
+    from gymforge.tasks.environment import BaselineFailed, InstallError, TaskUnsupported
+    from gymforge.tools.import_trajectories import TrajectoryImportError
+    from gymforge.llm.client import BudgetExceeded
+    from gymforge.tasks.mlgym import MLGymConfigError
     from gymforge.sandbox import SandboxError
 
     try:

@@ -27,8 +27,8 @@ import yaml
 
 import gymforge.benchmark
 from gymforge.agent import Agent, AgentTask, EvaluationFormatError, SubmissionNotFound
-from gymforge.environment import TaskEnvironment
-from gymforge.run_task import ScriptedModel
+from gymforge.tasks.environment import TaskEnvironment
+from gymforge.tools.run_task import ScriptedModel
 from gymforge.sandbox import ExecResult, Limits, SandboxBackend
 
 REPO = Path(__file__).resolve().parents[2]

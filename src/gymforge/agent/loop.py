@@ -25,8 +25,8 @@ from gymforge.agent.audit import Auditor, Flag
 from gymforge.agent.parsing import FormatError, parse_reply
 from gymforge.agent.tools import FILE_COMMANDS, FileTools, Workspace, blocked
 from gymforge.agent.trajectory import Trajectory, TrajectoryStep, write_results, write_trajectory
-from gymforge.llm import BudgetExceeded, ChatResult, LLMClient
-from gymforge.prompts import render
+from gymforge.llm.client import BudgetExceeded, ChatResult, LLMClient
+from gymforge.core.prompts import render
 from gymforge.sandbox import ExecResult, Mount
 
 log = logging.getLogger("gymforge.agent")

@@ -8,7 +8,7 @@ from typing import Any
 
 from pydantic import BaseModel, Field
 
-from gymforge import atomic
+from gymforge.core import atomic
 from gymforge.agent.audit import Flag
 
 

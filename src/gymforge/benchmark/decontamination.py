@@ -28,9 +28,9 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field
 
-from gymforge import atomic
+from gymforge.core import atomic
 from gymforge.benchmark.suite import BenchmarkTask, load_benchmark
-from gymforge.offline_teacher.vocabulary import tokens
+from gymforge.core.dedup import words as tokens
 
 _SOURCE = re.compile(r"^\s*Source:\s*`?([^\s,`]+)`?", re.MULTILINE)
 

@@ -20,9 +20,9 @@ from typing import Literal, NamedTuple
 import yaml
 from pydantic import BaseModel, ConfigDict
 
-from gymforge import atomic
-from gymforge.config import EvaluateConfig
-from gymforge.mlgym import (
+from gymforge.core import atomic
+from gymforge.core.config import EvaluateConfig
+from gymforge.tasks.mlgym import (
     BENCHMARK_TASKS,
     Entrypoint,
     load_dataset_config,
@@ -92,7 +92,7 @@ BUILTIN: dict[str, _Meta] = {
         ("gymforge-benchmark/grid-navigation-maps",)),
 }
 
-# MLGym-Bench's 13 tasks (SPEC 4.6): metric and direction come from gymforge.mlgym.BENCHMARK_TASKS.
+# MLGym-Bench's 13 tasks (SPEC 4.6): metric and direction come from gymforge.tasks.mlgym.BENCHMARK_TASKS.
 MLGYM: dict[str, tuple[str, tuple[str, ...], tuple[str, ...]]] = {
     "regressionKaggleHousePrice": (
         "house price regression",
@@ -169,7 +169,7 @@ class TaskUnavailable(BenchmarkError):
 
 def unmet_needs(task: BenchmarkTask, dataset_cache: Path | str, gpus: int) -> list[str]:
     """What `task` needs that is not here: local data, unfetched hub datasets, fewer than `task.gpus` GPUs."""
-    from gymforge.hub.prefetch import MANIFEST, entry_dir
+    from gymforge.stages.datasets import MANIFEST, entry_dir
 
     problems = []
     for path in task.local_data:

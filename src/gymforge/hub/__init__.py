@@ -2,14 +2,14 @@
 
 from __future__ import annotations
 
-from gymforge.config import GymforgeConfig
+from gymforge.core import plugins
+from gymforge.core.config import GymforgeConfig
 from gymforge.hub.base import DatasetCard, DatasetDetails, DatasetHub, DatasetNotFound
 from gymforge.hub.huggingface import HubUnavailable, HuggingFaceHub
-from gymforge.hub.offline import OfflineHub
 
 __all__ = [
     "DatasetCard", "DatasetDetails", "DatasetHub", "DatasetNotFound", "HubUnavailable", "HuggingFaceHub",
-    "OfflineHub", "get_hub",
+    "get_hub",
 ]
 
 
@@ -17,4 +17,4 @@ def get_hub(cfg: GymforgeConfig) -> DatasetHub:
     """The configured hub; the offline one lives under the cache dir and is built on first use."""
     if cfg.datasets.hub == "huggingface":
         return HuggingFaceHub()
-    return OfflineHub(cfg.cache / "hub")
+    return plugins.load("offline-hub")(cfg.cache / "hub")

@@ -9,9 +9,9 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from gymforge import atomic
+from gymforge.core import atomic
 from gymforge.hub.base import DatasetCard, DatasetDetails, DatasetNotFound
-from gymforge.hub.offline import _STOPWORDS, feature_dtypes, quiet_datasets, split_train_test, tokenize
+from gymforge.hub.data import _STOPWORDS, feature_dtypes, quiet_datasets, split_train_test, tokenize
 
 if TYPE_CHECKING:
     from huggingface_hub.hf_api import DatasetInfo

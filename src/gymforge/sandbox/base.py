@@ -274,20 +274,37 @@ def tree_bytes(root: Path, cap_entries: int = 200_000) -> int:
 class LimitWatch:
     """Names the limit that ended a command: the sandbox's group (memory, processes), the rlimits by the
     signal that killed it (CPU time, file size), and the workspace's total size, which `during()` also
-    checks while a command runs so that a command filling the disk is stopped."""
+    checks while a command runs so that a command filling the disk is stopped. With `hard` the workspace is a
+    file system of its own (`disk.py`) that refuses writes past the cap by itself; the checks then only ask it
+    whether it is full (statvfs), instead of walking the tree."""
 
     INTERVAL_S = 2.0
 
-    def __init__(self, workspace: Path, limits: Limits, group: Any = None, strip_setid: bool = False) -> None:
+    def __init__(
+        self, workspace: Path, limits: Limits, group: Any = None, strip_setid: bool = False, hard: bool = False
+    ) -> None:
         self.workspace, self.limits, self.group = workspace, limits, group
         self.strip_setid = strip_setid  # docker: code runs as root there and could leave setuid-root files
+        self.hard = hard  # the workspace is a file system of disk_mb (sandbox.disk): writes past it fail, no polling
         self._next = 0.0
         self._before = 0
 
+    @property
+    def disk_cap(self) -> str:
+        """How the workspace's size is bounded, for the record."""
+        return "file system" if self.hard else "polled"
+
     def start(self) -> None:
         """A command begins: only growth past the cap from here on stops it (cleaning up must stay possible)."""
-        self._before = tree_bytes(self.workspace)
+        self._before = self._free() if self.hard else tree_bytes(self.workspace)
         self._next = time.monotonic() + self.INTERVAL_S
+
+    def _free(self) -> int:
+        try:
+            st = os.statvfs(self.workspace)
+        except OSError:
+            return 1 << 62
+        return st.f_bavail * st.f_frsize if st.f_favail else 0  # out of inodes is full too
 
     def during(self) -> str | None:
         now = time.monotonic()
@@ -297,6 +314,12 @@ class LimitWatch:
         return self._disk()
 
     def _disk(self) -> str | None:
+        if self.hard:
+            free = self._free()
+            # The file system refused the writes already; a command that keeps trying is stopped all the same.
+            if free < 1 << 20 and free < self._before:
+                return f"disk: the workspace is full ({self.limits.disk_mb} MiB; delete files to go on)"
+            return None
         size = tree_bytes(self.workspace)
         if size > self.limits.disk_mb << 20 and size > self._before:
             return f"disk: the workspace holds more than {self.limits.disk_mb} MiB (delete files to go on)"

@@ -180,6 +180,48 @@ class SandboxGroup:
                     time.sleep(0.02)
 
 
+class _Base:
+    """Where a SandboxGroup is made (stands in for a parent group)."""
+
+    def __init__(self, memory: Path, pids: Path) -> None:
+        self.memory, self.pids = memory, pids
+
+
+class DockerParent:
+    """A group for docker to put an episode's containers in (`cgroup_parent`): its memory and pids limits bound
+    the session's container and the evaluation's submission container together, as the local backend's nested
+    groups do. Made under this process's own memory group, at the same path in every hierarchy (docker's
+    cgroupfs driver names one path for all controllers)."""
+
+    def __init__(self, memory_mb: int, max_pids: int) -> None:
+        layout = _layout()
+        assert layout is not None, "check cgroups.available() first"
+        mounts = _mounts()
+        unified, root = next((fstype == "cgroup2", Path(m)) for m, fstype, opts in mounts
+                             if layout["memory"].is_relative_to(m) and (fstype == "cgroup2" or "memory" in opts))
+        rel = layout["memory"].relative_to(root)
+        pids_base = root / rel if unified else next(Path(m) for m, t, o in mounts if t == "cgroup" and "pids" in o) / rel
+        pids_base.mkdir(parents=True, exist_ok=True)
+        self.group = SandboxGroup(memory_mb, max_pids, _Base(layout["memory"], pids_base))  # type: ignore[arg-type]
+        self.path = "/" + str(rel / self.group.memory.name)
+        if _v2(self.group.memory):  # docker makes its containers' groups inside: they need the controllers
+            try:
+                (self.group.memory / "cgroup.subtree_control").write_text("+memory +pids")
+            except OSError:
+                pass
+
+    def remove(self) -> None:
+        """After the containers are gone: this group, and what docker made at its path in the other hierarchies."""
+        self.group.remove()
+        for mount, _, _ in _mounts():
+            d = Path(mount) / self.path.lstrip("/")
+            if d not in self.group.dirs and d.is_dir():
+                try:
+                    d.rmdir()
+                except OSError:
+                    pass
+
+
 def kill_until_gone(victims: Callable[[], list[int]], *, rounds: int, pause: float) -> None:
     """SIGKILL whatever `victims()` lists, again and again (a process may fork between listing and killing),
     until it lists nothing or `rounds` are spent."""

@@ -4,7 +4,11 @@
 the default image `gymforge-sandbox:latest` offline). Containers run with network_mode=none unless
 `Limits.network`, all capabilities dropped, no-new-privileges, docker-init as pid 1 (it reaps orphans),
 `mem_limit` = `memswap_limit` = `memory_mb` (OOM kill, exit 137), `pids_limit` = `max_processes`
-(threads count), and rlimits for CPU time and file size.
+(threads count), and rlimits for CPU time and file size. Where this process has a writable cgroup (memory and
+pids), a session's container lives in a group of the episode's own (`cgroup_parent`, cgroups.DockerParent)
+with the same memory and pids limits, and `run_once(within=session)` (an evaluation's submission) puts its
+container there too: the episode's agent code shares one limit, as with the local backend. The workspace is
+a file system of its own while a container runs on it (disk.py): `disk_mb` is a hard cap.
 
 The workspace is bind-mounted at /workspace, not copied: the code's changes are on the host at once.
 Files it creates belong to the container user, which is the host's uid:gid (so the host user owns
@@ -28,6 +32,7 @@ import time
 from pathlib import Path, PurePosixPath
 from typing import Any, Literal
 
+from . import cgroups, disk
 from .base import (
     DEFAULT_MAX_OUTPUT,
     PATH,
@@ -164,7 +169,7 @@ class DockerBackend:
 
     def _run(
         self, ws: Path, command: list[str], limits: Limits, mounts: list[Mount], env: dict[str, str],
-        ws_read_only: bool = False,
+        ws_read_only: bool = False, cgroup_parent: str | None = None,
     ) -> Any:
         t = self._docker.types
         binds = [t.Mount(WORKDIR, str(ws), type="bind", read_only=ws_read_only)]
@@ -177,6 +182,8 @@ class DockerBackend:
             kwargs["network_mode"] = "none"
         if self.cpus:
             kwargs["nano_cpus"] = int(self.cpus * 1e9)
+        if cgroup_parent:  # the episode's group: its limits bound this container and its siblings together
+            kwargs["cgroup_parent"] = cgroup_parent
         if self.gpus is not None:
             count = -1 if self.gpus == "all" else int(self.gpus)
             kwargs["device_requests"] = [t.DeviceRequest(count=count, capabilities=[["gpu"]])]
@@ -216,23 +223,38 @@ class DockerBackend:
         self, workspace: Path, *, limits: Limits, mounts: list[Mount] = [], env: dict[str, str] = {}
     ) -> Session:
         ws = _workspace(workspace)
-        created = self._mount_points(ws, mounts)
+        hard = disk.acquire(ws, limits.disk_mb)
+        created: list[Path] = []
         container = None
+        parent: cgroups.DockerParent | None = None
 
         def close() -> None:
-            if container is not None:
-                container.remove(force=True)
-            remove_mount_points(ws, created)
+            try:
+                if container is not None:
+                    container.remove(force=True)
+                remove_mount_points(ws, created)
+                if parent is not None:
+                    parent.remove()
+            finally:
+                if hard:
+                    disk.release(ws)
 
         try:
-            container = self._run(ws, ["sleep", "infinity"], limits, mounts, env)
+            created = self._mount_points(ws, mounts)
+            if cgroups.available():
+                parent = cgroups.DockerParent(limits.memory_mb, limits.max_processes)
+            container = self._run(ws, ["sleep", "infinity"], limits, mounts, env,
+                                  cgroup_parent=parent.path if parent else None)
             # The keeper is the only child of docker-init so far; it must survive every kill.
             r = container.exec_run(["cat", "/proc/1/task/1/children"], user=self.user)
             keeper = int(r.output.split()[0])
-            return ShellSession(
+            session = ShellSession(
                 ws, WORKDIR, lambda: _ExecChannel(container, self.user, keeper), self.max_output, close,
-                watch=LimitWatch(ws, limits, strip_setid=True), confinement="docker",
+                watch=LimitWatch(ws, limits, parent.group if parent else None, strip_setid=True, hard=hard),
+                confinement="docker" + ("" if hard else "; disk cap polled"),
             )
+            session.cgroup_parent = parent  # type: ignore[attr-defined]  # for run_once(within=session)
+            return session
         except BaseException:
             close()
             raise
@@ -249,15 +271,25 @@ class DockerBackend:
         read_only: bool = False,
         within: Session | None = None,
     ) -> ExecResult:
-        """`within` is not supported here: a container's limits are its own."""
+        """`within`: a session of this backend; the container then joins the session's group (`cgroup_parent`),
+        whose memory and pids limits bound both containers together."""
         import requests
 
+        parent: cgroups.DockerParent | None = getattr(within, "cgroup_parent", None) if within is not None else None
+        if parent is not None and getattr(within, "_closed", False):
+            parent = None  # its group is gone with it
+
         ws = _workspace(workspace)
-        created = self._mount_points(ws, mounts)
+        hard = not read_only and disk.acquire(ws, limits.disk_mb)
+        created: list[Path] = []
         t0 = time.monotonic()
         container = None
         try:
-            container = self._run(ws, list(argv), limits, mounts, env, read_only)
+            created = self._mount_points(ws, mounts)
+            watch = LimitWatch(ws, limits, strip_setid=True, hard=hard)
+            watch.start()
+            container = self._run(ws, list(argv), limits, mounts, env, read_only,
+                                  cgroup_parent=parent.path if parent else None)
             try:
                 code = container.wait(timeout=max(timeout - (time.monotonic() - t0), 0.01))["StatusCode"]
                 timed_out = False
@@ -269,14 +301,22 @@ class DockerBackend:
                 buf.add(chunk)
             container.reload()
             limit = None
-            if container.attrs["State"].get("OOMKilled"):
+            # Killed by the episode's group (the session and this run together)? Only then is its event this
+            # run's: otherwise the session's next command names it.
+            shared = parent.group.limit_hit() if parent is not None and code == 137 else None
+            if container.attrs["State"].get("OOMKilled") or (shared or "").startswith("memory"):
                 buf.add(f"\n[killed: out of memory ({limits.memory_mb} MB)]\n".encode())
-                limit = f"memory: {limits.memory_mb} MiB for the whole sandbox (a process was killed)"
-            limit = limit or LimitWatch(ws, limits, strip_setid=True).after(code)
+                limit = (f"memory: {limits.memory_mb} MiB for the episode (its session and this run together)"
+                         if shared else f"memory: {limits.memory_mb} MiB for the whole sandbox (a process was killed)")
+            limit = limit or shared or watch.after(code)
         finally:
-            if container is not None:
-                container.remove(force=True)
-            remove_mount_points(ws, created)
+            try:
+                if container is not None:
+                    container.remove(force=True)
+                remove_mount_points(ws, created)
+            finally:
+                if hard:
+                    disk.release(ws)
         return ExecResult(
             output=buf.text(), exit_code=code, timed_out=timed_out, duration_s=round(time.monotonic() - t0, 4),
             limit=limit,

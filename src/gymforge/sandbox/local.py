@@ -41,7 +41,7 @@ import time
 from pathlib import Path
 from typing import Callable, Literal
 
-from . import beneath, cgroups
+from . import beneath, cgroups, disk
 from .base import (
     DEFAULT_MAX_OUTPUT,
     PATH,
@@ -67,7 +67,7 @@ Confinement = Literal["bwrap", "unshare-net", "none"]
 
 _ETC = (
     "alternatives", "ca-certificates", "ca-certificates.conf", "debian_version", "fonts", "gai.conf",
-    "group", "host.conf", "hosts", "ld.so.cache", "ld.so.conf", "ld.so.conf.d", "localtime", "mime.types",
+    "group", "host.conf", "ld.so.cache", "ld.so.conf", "ld.so.conf.d", "localtime", "mime.types",
     "nsswitch.conf", "os-release", "passwd", "protocols", "services", "ssl", "timezone",
 )  # fmt: skip
 _UID_BASE, _UID_SPAN = 1_000_000, 1_000_000  # below 2**21: old tar formats store uids in 7 octal digits
@@ -129,7 +129,7 @@ def _bwrap_argv(
 ) -> list[str]:
     """bwrap's arguments: the host workspace `ws` appears at WORKDIR, relative mount targets under it."""
     a = ["bwrap", "--die-with-parent", "--new-session", "--unshare-ipc", "--unshare-pid", "--unshare-uts"]
-    a += ["--unshare-cgroup-try", "--hostname", "sandbox"]
+    a += ["--unshare-cgroup-try", "--hostname", HOSTNAME]
     if not limits.network:
         a.append("--unshare-net")
     # As root: no user namespace, so that setpriv can switch to a real unprivileged uid for RLIMIT_NPROC.
@@ -145,6 +145,8 @@ def _bwrap_argv(
     for name in _ETC + (("resolv.conf",) if limits.network else ()):
         if os.path.exists(p := f"/etc/{name}"):
             v.bind("--ro-bind", p, p)
+    # The sandbox's own hostname must resolve (torchrun's c10d store looks it up), and the host's names stay out.
+    v.args += ["--perms", "0644", "--ro-bind-data", _HOSTS_FD, "/etc/hosts"]
     v.special("--proc", "/proc")
     v.special("--dev", "/dev")
     v.tmpfs("/tmp", limits.tmp_mb)
@@ -173,8 +175,12 @@ def _bwrap_works() -> bool:
     if not shutil.which("bwrap"):
         return False
     with tempfile.TemporaryDirectory() as d:
-        argv = _bwrap_argv(Path(d), Limits(), [], _UID_BASE if _is_root() else None, False) + ["true"]
-        r = subprocess.run(argv, capture_output=True, timeout=60)
+        argv, fds = _with_fds(_bwrap_argv(Path(d), Limits(), [], _UID_BASE if _is_root() else None, False) + ["true"])
+        try:
+            r = subprocess.run(argv, capture_output=True, timeout=60, pass_fds=fds)
+        finally:
+            for fd in fds:
+                os.close(fd)
     if r.returncode:
         log.warning("bwrap is installed but a trial run failed: %s", r.stderr.decode(errors="replace").strip())
     return r.returncode == 0
@@ -220,6 +226,28 @@ def _proc_status(pid: str) -> dict[str, str]:
 
 
 _ARGS_FD = "{args-fd}"
+_HOSTS_FD = "{hosts-fd}"
+HOSTNAME = "sandbox"
+_HOSTS = f"127.0.0.1\tlocalhost {HOSTNAME}\n::1\tlocalhost ip6-localhost ip6-loopback {HOSTNAME}\n".encode()
+
+
+def _with_fds(argv: list[str]) -> tuple[list[str], tuple[int, ...]]:
+    """`argv` with bwrap's options moved to a pipe and the sandbox's /etc/hosts in another; the fds to pass on
+    (the caller closes them once the child has them)."""
+    fds: list[int] = []
+    try:
+        if _HOSTS_FD in argv:
+            fds.append(_pipe_with(_HOSTS))
+            argv = [str(fds[-1]) if a == _HOSTS_FD else a for a in argv]
+        argv, options = _hide_bwrap_options(argv)
+        if options is not None:
+            fds.append(_pipe_with(options))
+            argv = [str(fds[-1]) if a == _ARGS_FD else a for a in argv]
+    except BaseException:
+        for fd in fds:
+            os.close(fd)
+        raise
+    return argv, tuple(fds)
 
 
 def _hide_bwrap_options(argv: list[str]) -> tuple[list[str], bytes | None]:
@@ -260,11 +288,7 @@ class _Proc:
 
     def __init__(self, argv: list[str], env: dict[str, str], cwd: Path, confinement: Confinement) -> None:
         self.confinement = confinement
-        argv, options = _hide_bwrap_options(argv)
-        fds: tuple[int, ...] = ()
-        if options is not None:
-            fds = (_pipe_with(options),)
-            argv = [str(fds[0]) if a == _ARGS_FD else a for a in argv]
+        argv, fds = _with_fds(argv)
         # A new session: the tree gets a process group of its own that one killpg reaches.
         try:
             self.proc = subprocess.Popen(
@@ -404,6 +428,18 @@ class LocalBackend:
         ws = workspace.resolve()
         if not ws.is_dir():
             raise SandboxError(f"workspace is not a directory: {ws}")
+        hard = not ws_read_only and disk.acquire(ws, limits.disk_mb)
+        try:
+            return self._prepare_on(ws, limits, mounts, env, ws_read_only, within, hard)
+        except BaseException:
+            if hard:
+                disk.release(ws)
+            raise
+
+    def _prepare_on(
+        self, ws: Path, limits: Limits, mounts: list[Mount], env: dict[str, str], ws_read_only: bool,
+        within: Session | None, hard: bool,
+    ) -> tuple[Path, list[str], dict[str, str], Callable[[], None], LimitWatch]:
         extra = dict(env)
         if self.gpus and "CUDA_VISIBLE_DEVICES" in os.environ:
             extra.setdefault("CUDA_VISIBLE_DEVICES", os.environ["CUDA_VISIBLE_DEVICES"])
@@ -440,7 +476,9 @@ class LocalBackend:
             group = cgroups.SandboxGroup(limits.memory_mb, limits.max_processes, parent)
             prefix = group.wrap(prefix)
             cleanup = _then(cleanup, group.remove)
-        return ws, prefix, full_env, cleanup, LimitWatch(ws, limits, group)
+        if hard:  # last: the sandbox's processes are gone by then
+            cleanup = _then(cleanup, functools.partial(disk.release, ws))
+        return ws, prefix, full_env, cleanup, LimitWatch(ws, limits, group, hard=hard)
 
     def open(
         self, workspace: Path, *, limits: Limits, mounts: list[Mount] = [], env: dict[str, str] = {}
@@ -450,7 +488,7 @@ class LocalBackend:
         try:
             return ShellSession(
                 ws, self.workdir(ws), lambda: _Proc(argv, full_env, ws, self.confinement), self.max_output, cleanup,
-                watch=watch, confinement=self.confinement,
+                watch=watch, confinement=self.confinement + ("" if watch.hard else "; disk cap polled"),
             )
         except BaseException:
             cleanup()

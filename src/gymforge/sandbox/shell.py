@@ -118,7 +118,7 @@ class ShellSession(Session):
         self._stop = threading.Event()
         self._busy = False  # a command runs: its own checks apply
         self._pending_limit: str | None = None
-        if watch is not None:
+        if watch is not None and not watch.hard:
             threading.Thread(target=self._guard_disk, daemon=True).start()
 
     def _guard_disk(self) -> None:

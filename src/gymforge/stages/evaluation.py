@@ -23,15 +23,15 @@ from typing import Any
 
 from pydantic import BaseModel, Field
 
-from gymforge import atomic
+from gymforge.core import atomic
 from gymforge.agent.trajectory import Trajectory
-from gymforge.config import EndpointConfig, GymforgeConfig, ModelSpec
-from gymforge.progress import Progress
-from gymforge.specs import ItemRecord, UsageRecord, derive_seed, text_hash
+from gymforge.core.config import EndpointConfig, GymforgeConfig, ModelSpec
+from gymforge.core.progress import Progress
+from gymforge.core.records import ItemRecord, UsageRecord, derive_seed, text_hash
+from gymforge.core.plan import SERVED_SOURCES, model_spec, run_ids  # noqa: F401  (re-exported)
 
 log = logging.getLogger("gymforge.evaluation")
 
-SERVED_SOURCES = ("student-base", "student-sft", "checkpoint")
 
 
 class RunSummary(BaseModel):
@@ -59,17 +59,6 @@ class EvalRecord(ItemRecord):
     runs: list[RunSummary] = []
 
 
-def run_ids(cfg: GymforgeConfig) -> list[int]:
-    return list(range(cfg.evaluate.runs_per_task))
-
-
-def model_spec(cfg: GymforgeConfig, name: str) -> ModelSpec:
-    for spec in cfg.evaluate.models:
-        if spec.name == name:
-            return spec
-    raise ValueError(f"evaluate.models has no model named {name!r}")
-
-
 def run_folder(model: str, task: str, run: int) -> str:
     return f"{model}__{task}__run{run}"
 
@@ -94,14 +83,22 @@ def served_name(spec: ModelSpec, checkpoint: str | None) -> str:
     return f"{spec.name}-{checkpoint_tag(checkpoint)}" if spec.source in SERVED_SOURCES else spec.name
 
 
+def teacher_identity(cfg: GymforgeConfig, spec: ModelSpec) -> str:
+    """What a `teacher` model's answers depend on beyond its spec: the endpoint `llm.teacher` (provider, model,
+    URL, sampling). Empty for the other sources, whose identity is their spec and checkpoint."""
+    if spec.source != "teacher":
+        return ""
+    return cfg.llm.teacher.model_dump_json(include={"provider", "base_url", "model", "temperature", "max_tokens"})
+
+
 def fingerprint(cfg: GymforgeConfig, spec: ModelSpec, task_yaml: Path, served: str) -> str:
     return text_hash(cfg.digest("seed", "sandbox", "evaluate") + spec.model_dump_json() + served
-                     + text_hash(task_yaml.read_text()))
+                     + teacher_identity(cfg, spec) + text_hash(task_yaml.read_text()))
 
 
 def visible_gpus() -> int:
     """GPUs this process may use: CUDA_VISIBLE_DEVICES (set by `with-gpus` to the job's lease), else the host's."""
-    from gymforge.gpus import device_total, visible_devices
+    from gymforge.core.gpus import device_total, visible_devices
 
     ids = visible_devices()
     return len(ids) if ids is not None else device_total()[0]
@@ -120,7 +117,7 @@ def summarize(traj: Trajectory, run: int, seed: int, folder: str, wall_s: float)
 
 
 def _client(cfg: GymforgeConfig, spec: ModelSpec, endpoint: Any) -> Any:
-    from gymforge.llm import LLMClient
+    from gymforge.llm.client import LLMClient
 
     if spec.source == "teacher":
         teacher = cfg.llm.teacher
@@ -141,10 +138,10 @@ def evaluate_task(cfg: GymforgeConfig, model: str, task_id: str, runs: list[int]
                   *, checkpoint: str | None = None, log_file: Path | None = None) -> EvalRecord:
     """Run (or finish) `runs` of `model` on benchmark task `task_id`; write the record to `out`."""
     from gymforge.benchmark.suite import load_benchmark, require_runnable
-    from gymforge.episode import EpisodeRunner, limits_of, sandbox_for
-    from gymforge.hub.prefetch import cache_root
-    from gymforge.mlgym import load_task_config
-    from gymforge.serving import open_endpoint
+    from gymforge.tasks.episode import EpisodeRunner, limits_of, sandbox_for
+    from gymforge.stages.datasets import cache_root
+    from gymforge.tasks.mlgym import load_task_config
+    from gymforge.llm.serving import open_endpoint
 
     out = Path(out)
     spec = model_spec(cfg, model)
@@ -227,3 +224,32 @@ async def _run_all(cfg: GymforgeConfig, episodes: Any, llm: Any, spec: ModelSpec
     finally:
         await llm.aclose()
     return finished, failures
+
+
+# ---- the steps (rules decontamination and eval_runs) ---------------------------------------------------
+
+
+def decontamination(cfg: GymforgeConfig, synthesized: list[Path], proposals: list[Path], out: Path) -> str:
+    """Check that no synthesized task shares a dataset or family with the benchmark; write the report."""
+    from gymforge.benchmark.decontamination import ContaminationError, proposal_extra, run
+
+    by_slot = {Path(p).stem: Path(p) for p in proposals}
+    trees, extra = [], {}
+    for env in map(Path, synthesized):  # results/environments/<slot>/verified
+        if (env / "mlgym").is_dir():
+            trees.append(env / "mlgym")
+            if env.parent.name in by_slot:
+                extra[str(env / "mlgym")] = proposal_extra(by_slot[env.parent.name])
+    try:
+        report = run(cfg.evaluate, trees, Path(out), extra)
+    except ContaminationError as err:
+        raise SystemExit(f"gymforge: scores on the {cfg.evaluate.benchmark} benchmark would be contaminated:\n{err}")
+    return f"decontamination: {report.checked} synthesized tasks share no dataset or family with the benchmark"
+
+
+def eval_runs(cfg: GymforgeConfig, model: str, task: str, runs: list[int], out: Path, checkpoint: str | None = None,
+              log: Path | None = None) -> str:
+    """Run (or finish) `runs` of `model` on benchmark task `task` (one job per model and task)."""
+    record = evaluate_task(cfg, model, task, runs, Path(out), checkpoint=checkpoint, log_file=log)
+    valid = sum(run.valid_submission for run in record.runs)
+    return f"{model} on {task}: {valid}/{len(record.runs)} runs with a valid submission"

@@ -6,10 +6,10 @@ import json
 from pathlib import Path
 from typing import Any, Callable
 
-from gymforge import atomic
-from gymforge.config import GymforgeConfig
-from gymforge.prompts import render
-from gymforge.specs import Attempt, GenerationRecord, ProposalRecord, UsageRecord, derive_seed
+from gymforge.core import atomic
+from gymforge.core.config import GymforgeConfig
+from gymforge.core.prompts import render
+from gymforge.core.records import Attempt, GenerationRecord, ProposalRecord, UsageRecord, derive_seed
 
 ENTRYPOINTS = ["CSVSubmissionTasks", "ModelSubmissionTasks", "PythonSubmissionTasks", "LMSubmissionTasks"]
 ARTEFACTS = {
@@ -29,8 +29,8 @@ class GenerationFailed(Exception):
 def draft_until_valid(chat: Callable[[list[dict]], Any], messages: list[dict], validate: Callable[[str], Any],
                       max_attempts: int) -> tuple[Any, list[Attempt]]:
     """Ask, validate, and on failure re-prompt with the errors for the whole answer again (bounded)."""
-    from gymforge.codeblocks import CodeBlockError
-    from gymforge.task_files import TaskValidationError
+    from gymforge.llm.codeblocks import CodeBlockError
+    from gymforge.tasks.files import TaskValidationError
 
     attempts: list[Attempt] = []
     for _ in range(max_attempts):
@@ -62,9 +62,9 @@ def _failed(record: GenerationRecord, err: GenerationFailed, code: str, what: st
     return record
 
 
-def write_configs(cfg: GymforgeConfig, slot: str, proposal_file: Path, out: Path) -> GenerationRecord:
-    proposal = ProposalRecord.model_validate_json(Path(proposal_file).read_text())
-    record = draft_configs(cfg, slot, proposal) if proposal.status == "ok" else _skip(slot, proposal)
+def task_configs(cfg: GymforgeConfig, slot: str, proposal: Path, out: Path) -> GenerationRecord:
+    proposal_record = ProposalRecord.model_validate_json(Path(proposal).read_text())
+    record = draft_configs(cfg, slot, proposal_record) if proposal_record.status == "ok" else _skip(slot, proposal_record)
     atomic.write_text(out, record.model_dump_json(indent=2))
     return record
 
@@ -76,9 +76,9 @@ def _seed(cfg: GymforgeConfig, stage: str, slot: str, variant: int) -> int:
 
 def draft_configs(cfg: GymforgeConfig, slot: str, proposal: ProposalRecord, *, variant: int = 0) -> GenerationRecord:
     """Stage 1 of generation for one proposal: configs drafted, validated and repaired (bounded)."""
-    from gymforge.codeblocks import parse_files
-    from gymforge.llm import make_client
-    from gymforge.task_files import validate_config_files
+    from gymforge.llm.codeblocks import parse_files
+    from gymforge.llm.client import make_client
+    from gymforge.tasks.files import validate_config_files
 
     dataset = proposal.dataset
     payload = {**proposal.proposal.model_dump(), "dataset": _dataset_brief(dataset) if dataset else None}
@@ -115,7 +115,7 @@ def _dataset_brief(dataset: dict) -> dict:
 
 def _check_dataset_binding(bundle, dataset: dict | None) -> None:
     """The configs must point at the dataset the proposal resolved, where the pipeline will put it."""
-    from gymforge.task_files import TaskValidationError
+    from gymforge.tasks.files import TaskValidationError
 
     errors = []
     if dataset is None and bundle.datasets:
@@ -134,19 +134,19 @@ def _check_dataset_binding(bundle, dataset: dict | None) -> None:
         raise TaskValidationError(errors)
 
 
-def write_starter_code(cfg: GymforgeConfig, slot: str, proposal_file: Path, configs_file: Path,
+def starter_code(cfg: GymforgeConfig, slot: str, proposal: Path, configs: Path,
                        status_out: Path, tree_out: Path) -> GenerationRecord:
     """Second generation stage; on success writes the MLGym layout under `tree_out` (always created)."""
-    configs = GenerationRecord.model_validate_json(Path(configs_file).read_text())
+    configs_record = GenerationRecord.model_validate_json(Path(configs).read_text())
     # The tree is moved into place before the status file appears, so a status always means a finished tree.
     with atomic.directory(tree_out) as tree:
-        if configs.status != "ok":
-            record = _skip(slot, configs)
+        if configs_record.status != "ok":
+            record = _skip(slot, configs_record)
         else:
-            proposal = ProposalRecord.model_validate_json(Path(proposal_file).read_text())
-            record = draft_code(cfg, slot, configs, proposal)
+            proposal_record = ProposalRecord.model_validate_json(Path(proposal).read_text())
+            record = draft_code(cfg, slot, configs_record, proposal_record)
             if record.status == "ok":
-                materialize_task(cfg, tree, configs, record, proposal)
+                materialize_task(cfg, tree, configs_record, record, proposal_record)
     atomic.write_text(status_out, record.model_dump_json(indent=2))
     return record
 
@@ -160,9 +160,9 @@ def draft_code(cfg: GymforgeConfig, slot: str, configs: GenerationRecord, propos
                variant: int = 0, previous: dict[str, str] | None = None,
                runtime_errors: list[str] | None = None) -> GenerationRecord:
     """Stage 2 of generation. With `previous` and `runtime_errors`, the teacher repairs code that failed to run."""
-    from gymforge.codeblocks import parse_files
-    from gymforge.llm import make_client
-    from gymforge.task_files import GENERIC_PACKAGES, validate_code_files, validate_config_files
+    from gymforge.llm.codeblocks import parse_files
+    from gymforge.llm.client import make_client
+    from gymforge.tasks.files import GENERIC_PACKAGES, validate_code_files, validate_config_files
 
     dataset = proposal.dataset
     bundle = validate_config_files(configs.files)
@@ -198,7 +198,7 @@ def draft_code(cfg: GymforgeConfig, slot: str, configs: GenerationRecord, propos
 def materialize_task(cfg: GymforgeConfig, tree: Path, configs: GenerationRecord, code: GenerationRecord,
                      proposal: ProposalRecord) -> None:
     """Write the MLGym layout of a validated task, with its local dataset copy, under `tree`."""
-    from gymforge.task_files import validate_config_files, write_task_tree
+    from gymforge.tasks.files import validate_config_files, write_task_tree
 
     bundle = validate_config_files(configs.files)
     write_task_tree(tree, bundle, code.files)

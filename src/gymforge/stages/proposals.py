@@ -8,13 +8,13 @@ from pathlib import Path
 
 from pydantic import ValidationError
 
-from gymforge import atomic
-from gymforge.config import GymforgeConfig
+from gymforge.core import atomic
+from gymforge.core.config import GymforgeConfig
 from gymforge.hub.base import DatasetCard, DatasetHub, DatasetNotFound
-from gymforge.prompts import render
-from gymforge.specs import ProposalRecord, TaskProposal, UsageRecord, derive_seed
+from gymforge.core.prompts import render
+from gymforge.core.records import ProposalRecord, TaskProposal, UsageRecord, derive_seed
 from gymforge.stages.topics import load_slot
-from gymforge.teacher_json import NotJSON, extract_json
+from gymforge.llm.json_reply import NotJSON, extract_json
 
 SEARCH_TOOL = {
     "type": "function",
@@ -58,7 +58,7 @@ def resolve_dataset(hub: DatasetHub, proposed: str, limit: int) -> str | None:
     return best.id if closeness(best) >= MIN_ID_SIMILARITY else None
 
 
-def propose(cfg: GymforgeConfig, slot: str, batch_file: Path, out: Path, hub: DatasetHub | None = None) -> ProposalRecord:
+def proposal(cfg: GymforgeConfig, slot: str, batch_file: Path, out: Path, hub: DatasetHub | None = None) -> ProposalRecord:
     topic = load_slot(batch_file, slot)
     if topic.status != "ok":
         record = ProposalRecord(item=slot, status="skipped", reason_code=topic.reason_code,
@@ -67,7 +67,7 @@ def propose(cfg: GymforgeConfig, slot: str, batch_file: Path, out: Path, hub: Da
         return record
 
     from gymforge.hub import get_hub
-    from gymforge.llm import make_client
+    from gymforge.llm.client import make_client
 
     hub = hub or get_hub(cfg)
     limits = cfg.proposals

@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import math
 import shutil
 import time
 import traceback
@@ -32,11 +31,12 @@ from urllib.parse import urlsplit, urlunsplit
 
 from pydantic import BaseModel, Field
 
-from gymforge import atomic
+from gymforge.core import atomic
 from gymforge.agent.trajectory import Trajectory
-from gymforge.config import GymforgeConfig
-from gymforge.progress import Progress
-from gymforge.specs import ItemRecord, UsageRecord, VerificationReport, derive_seed, text_hash
+from gymforge.core.config import GymforgeConfig
+from gymforge.core.progress import Progress
+from gymforge.core.records import ItemRecord, UsageRecord, VerificationReport, derive_seed, text_hash
+from gymforge.core.plan import shard_count, shard_id, shard_ids, shard_rollouts  # noqa: F401  (re-exported)
 
 log = logging.getLogger("gymforge.rollouts")
 
@@ -89,23 +89,6 @@ class ShardRecord(ItemRecord):
 # ---- the plan ---------------------------------------------------------------------------------------
 
 
-def shard_count(cfg: GymforgeConfig) -> int:
-    return math.ceil(cfg.trajectories.per_task / cfg.trajectories.shard_size)
-
-
-def shard_id(index: int) -> str:
-    return f"{index:04d}"
-
-
-def shard_ids(cfg: GymforgeConfig) -> list[str]:
-    return [shard_id(k) for k in range(shard_count(cfg))]
-
-
-def shard_rollouts(cfg: GymforgeConfig, shard: int) -> list[int]:
-    size = cfg.trajectories.shard_size
-    return list(range(shard * size, min((shard + 1) * size, cfg.trajectories.per_task)))
-
-
 def rollout_seed(cfg: GymforgeConfig, slot: str, index: int) -> int:
     return derive_seed(cfg.seed, "rollout", slot, index)
 
@@ -135,34 +118,25 @@ def _scrub(url: str | None) -> str:
 
 def rollout_client(cfg: GymforgeConfig) -> Any:
     """The teacher client for rollouts: `llm.teacher` with `trajectories.model` as its model, when set."""
-    from gymforge.llm import LLMClient
+    from gymforge.llm.client import make_client
 
-    endpoint = cfg.llm.teacher
-    if cfg.trajectories.model:
-        endpoint = endpoint.model_copy(update={"model": cfg.trajectories.model})
-    base_url = None
-    if endpoint.provider == "offline":
-        from gymforge.offline_teacher.server import ensure_server
-
-        base_url = ensure_server()
-    return LLMClient(endpoint, stage="trajectories", cache_dir=cfg.cache / "llm", ledger_dir=cfg.results / "llm",
-                     budget_usd=cfg.llm.budget_usd, base_url=base_url)
+    return make_client(cfg, "trajectories", model=cfg.trajectories.model)
 
 
 # ---- one shard --------------------------------------------------------------------------------------
 
 
-def run_shard(cfg: GymforgeConfig, slot: str, shard: int, report_file: Path, env_dir: Path, out: Path,
+def rollout_shard(cfg: GymforgeConfig, slot: str, shard: int, report: Path, env: Path, out: Path,
               *, llm: Any = None) -> ShardRecord:
     """Run (or finish) one shard and write it to `out`; `llm` overrides the teacher client (tests)."""
     out = Path(out)
-    report_text = Path(report_file).read_text()
-    report = VerificationReport.model_validate_json(report_text)
+    report_text = Path(report).read_text()
+    report_record = VerificationReport.model_validate_json(report_text)
     indices = shard_rollouts(cfg, shard)
-    if report.status != "ok":
-        record = ShardRecord(item=slot, shard=shard, status="skipped", task_id=report.task_id,
-                             reason_code=report.reason_code or f"environment_{report.status}",
-                             reason=f"environment {report.status}: {report.reason or report.reason_code}")
+    if report_record.status != "ok":
+        record = ShardRecord(item=slot, shard=shard, status="skipped", task_id=report_record.task_id,
+                             reason_code=report_record.reason_code or f"environment_{report_record.status}",
+                             reason=f"environment {report_record.status}: {report_record.reason or report_record.reason_code}")
         atomic.write_text(out, record.model_dump_json(indent=1))
         shutil.rmtree(parts_dir(out), ignore_errors=True)  # left over from when the task was verified
         shutil.rmtree(work_dir(out), ignore_errors=True)
@@ -182,11 +156,11 @@ def run_shard(cfg: GymforgeConfig, slot: str, shard: int, report_file: Path, env
     todo = [i for i in indices if i not in done]
     log.info("%s shard %d: %d rollouts (%s), %d already finished, %d to run", slot, shard, len(indices),
              f"{indices[0]}..{indices[-1]}" if indices else "none", len(done), len(todo))
-    record = ShardRecord(item=slot, shard=shard, status="ok", task_id=report.task_id, rollout_indices=indices,
+    record = ShardRecord(item=slot, shard=shard, status="ok", task_id=report_record.task_id, rollout_indices=indices,
                          fingerprint=stamp, resumed=len(done))
     failures: list[str] = []
     if todo:
-        runner = _ShardRunner(cfg, slot, report, Path(env_dir), out, stamp, llm)
+        runner = _ShardRunner(cfg, slot, report_record, Path(env), out, stamp, llm)
         new, failures, usage = asyncio.run(runner.run(todo))
         done.update(new)
         record.usage = usage
@@ -204,8 +178,8 @@ def run_shard(cfg: GymforgeConfig, slot: str, shard: int, report_file: Path, env
 class _ShardRunner:
     def __init__(self, cfg: GymforgeConfig, slot: str, report: VerificationReport, env_dir: Path, out: Path,
                  stamp: str, llm: Any) -> None:
-        from gymforge.episode import EpisodeRunner, limits_of, sandbox_for
-        from gymforge.hub.prefetch import cache_root
+        from gymforge.tasks.episode import EpisodeRunner, limits_of, sandbox_for
+        from gymforge.stages.datasets import cache_root
 
         self.cfg, self.slot, self.report, self.out, self.stamp = cfg, slot, report, out, stamp
         self.tree = env_dir / "mlgym"

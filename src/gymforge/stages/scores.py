@@ -1,5 +1,5 @@
 """Stage 3.8, table: Best Attempt / Best Submission per model and task, AUP (SPEC 4.6) with bootstrap 95%
-intervals (each model, and each student after SFT minus its base: `gymforge.aup.bootstrap_aup`), reply quality,
+intervals (each model, and each student after SFT minus its base: `gymforge.benchmark.aup.bootstrap_aup`), reply quality,
 plots.
 
 Reads the per-(model, task) `EvalRecord`s the evaluation jobs wrote, so models or tasks dropped from the
@@ -12,9 +12,9 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from gymforge import atomic
-from gymforge.aup import RunResult, TaskMeta, aup_csv, bootstrap_aup, render_intervals, score_runs, summarize
-from gymforge.config import GymforgeConfig, ModelSpec
+from gymforge.core import atomic
+from gymforge.benchmark.aup import RunResult, TaskMeta, aup_csv, bootstrap_aup, render_intervals, score_runs, summarize
+from gymforge.core.config import GymforgeConfig, ModelSpec
 from gymforge.stages.evaluation import EvalRecord
 
 
@@ -50,14 +50,17 @@ def student_pairs(models: list[ModelSpec]) -> list[tuple[str, str]]:
     """(student after SFT, its base) for the paired intervals: every `student-sft` model against the first
     `student-base` model (both are the one configured student, `train.student`, before and after SFT)."""
     base = next((m.name for m in models if m.source == "student-base"), None)
-    return [(m.name, base) for m in models if m.source == "student-sft" and base is not None]
+    sft = next((m.name for m in models if m.source == "student-sft"), None)
+    pairs = [(m.name, base) for m in models if m.source == "student-sft" and base is not None]
+    # the RL checkpoint against the SFT student it started from (issue #16)
+    return pairs + [(m.name, sft) for m in models if m.source == "student-rl" and sft is not None]
 
 
-def score_table(cfg: GymforgeConfig, record_files: list[Path], *, aup_out: Path, scores_out: Path,
+def score_table(cfg: GymforgeConfig, records: list[Path], *, aup_out: Path, scores_out: Path,
                 replies_out: Path, violins_out: Path, bars_out: Path, profiles_out: Path) -> str:
     from gymforge.benchmark.suite import load_benchmark
-    from gymforge.mlgym import load_task_config
-    from gymforge.score_plots import aup_bars, performance_profiles, violins
+    from gymforge.tasks.mlgym import load_task_config
+    from gymforge.report.score_plots import aup_bars, performance_profiles, violins
 
     benchmark = load_benchmark(cfg.evaluate)
     metas = {t.id: TaskMeta(id=t.id, metric=t.metric, higher_is_better=t.higher_is_better) for t in benchmark}
@@ -66,12 +69,12 @@ def score_table(cfg: GymforgeConfig, record_files: list[Path], *, aup_out: Path,
         recorded = load_task_config(t.task_yaml).baseline_scores
         if recorded and t.metric in recorded[0]:
             baselines[t.id] = recorded[0][t.metric]
-    records = {Path(f): EvalRecord.model_validate_json(Path(f).read_text()) for f in record_files}
-    runs = _runs(records)
+    loaded = {Path(f): EvalRecord.model_validate_json(Path(f).read_text()) for f in records}
+    runs = _runs(loaded)
     tasks = [t.id for t in benchmark]
     table, result = score_runs(runs, metas, tasks=tasks, baselines=baselines)
     text = aup_csv(result)
-    quality = reply_quality(list(records.values()))
+    quality = reply_quality(list(loaded.values()))
     # Intervals: run-to-run noise of each AUP and of each student's difference from its base (aup.bootstrap_aup).
     boot = bootstrap_aup(table, student_pairs(cfg.evaluate.models))
     atomic.write_text(aup_out, text)
@@ -81,3 +84,11 @@ def score_table(cfg: GymforgeConfig, record_files: list[Path], *, aup_out: Path,
     aup_bars(result, bars_out)
     performance_profiles(result, profiles_out)
     return render(text, quality) + "\n\n" + render_intervals(boot)
+
+
+def run_summary(results: Path, html_out: Path, png_out: Path) -> Path:
+    """The funnel page and figure of a results directory (shown first in `snakemake --report`)."""
+    from gymforge.report.summary import write_summary
+
+    write_summary(Path(results), Path(html_out), Path(png_out))
+    return Path(html_out)

@@ -5,35 +5,24 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from gymforge import atomic
-from gymforge.config import GymforgeConfig
-from gymforge.dedup import find_duplicate, normalise
-from gymforge.prompts import render
-from gymforge.specs import TopicBatch, TopicSlot, UsageRecord, derive_seed, text_hash
-from gymforge.teacher_json import NotJSON, ask_for_json
+from gymforge.core import atomic
+from gymforge.core.config import GymforgeConfig
+from gymforge.core.dedup import find_duplicate, normalise
+from gymforge.core.prompts import render
+from gymforge.core.records import TopicBatch, TopicSlot, UsageRecord, derive_seed, text_hash
+from gymforge.llm.json_reply import NotJSON, ask_for_json
+from gymforge.core.plan import batch_id, batch_of_slot, slot_id  # noqa: F401  (re-exported)
 
 MAX_TOPIC_CHARS = 200
-
-
-def batch_id(index: int) -> str:
-    return f"b{index:04d}"
-
-
-def slot_id(index: int) -> str:
-    return f"t{index:04d}"
-
-
-def batch_of_slot(slot: str, batch_size: int) -> str:
-    return batch_id(int(slot[1:]) // batch_size)
 
 
 def _clean(items: list) -> list[str]:
     return [str(x).strip() for x in items if isinstance(x, str) and x.strip()]
 
 
-def sample_batch(cfg: GymforgeConfig, batch: str, previous: Path | None, out: Path) -> TopicBatch:
+def topic_batch(cfg: GymforgeConfig, batch: str, previous: Path | None, out: Path) -> TopicBatch:
     """Ask the teacher for one batch, then fill this batch's slots with unique topics or discard reasons."""
-    from gymforge.llm import make_client
+    from gymforge.llm.client import make_client
 
     index = int(batch[1:])
     prev = TopicBatch.model_validate_json(previous.read_text()) if previous else None

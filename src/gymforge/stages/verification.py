@@ -9,9 +9,9 @@ import tempfile
 import time
 from pathlib import Path
 
-from gymforge import atomic
-from gymforge.config import GymforgeConfig
-from gymforge.specs import (GenerationRecord, ProposalRecord, VerificationIteration, VerificationReport,
+from gymforge.core import atomic
+from gymforge.core.config import GymforgeConfig
+from gymforge.core.records import (GenerationRecord, ProposalRecord, VerificationIteration, VerificationReport,
                             derive_seed)
 from gymforge.stages.generation import draft_code, draft_configs, materialize_task
 
@@ -24,7 +24,7 @@ def _tail(text: str) -> str:
 
 def answer_columns(proposal: ProposalRecord, code: GenerationRecord) -> dict[str, list[str]] | None:
     """Label columns to withhold from the agent: the dataset columns that the evaluation's `load_answers()`
-    names, when it reads them from $GYMFORGE_SECRETS (the contract `templates/write_code.j2` states)."""
+    names, when it reads them from $GYMFORGE_SECRETS (the contract `core/templates/write_code.j2` states)."""
     dataset = proposal.dataset or {}
     evaluation = next((text for path, text in code.files.items() if path.endswith("/evaluate.py")), "")
     if not dataset.get("is_local") or "GYMFORGE_SECRETS" not in evaluation:
@@ -46,23 +46,18 @@ def _task_yaml(tree: Path) -> Path:
     return next((tree / "configs" / "tasks").glob("*.yaml"))
 
 
-def _attempt(cfg: GymforgeConfig, tree: Path, work: Path, hidden, episode_dir: Path, seed: int,
-             it: VerificationIteration):
-    """Baseline + evaluation, then one teacher episode. Errors land in `it.errors`; returns the baseline env."""
-    from gymforge.agent import Agent, AgentConfig, AgentTask, EvaluationFormatError, SubmissionNotFound
-    from gymforge.environment import BaselineFailed, InstallError, TaskEnvironment, TaskUnsupported
-    from gymforge.hub.prefetch import cache_root
-    from gymforge.llm import make_client
-    from gymforge.episode import limits_of, sandbox_for
-
-    sandbox, limits = sandbox_for(cfg, 0), limits_of(cfg)
-
-    def environment(name: str) -> TaskEnvironment:
-        return TaskEnvironment(_task_yaml(tree), root=tree, sandbox=sandbox, run_dir=work / name, limits=limits,
-                               hidden_columns=hidden, dataset_cache=cache_root(cfg))
+def check_baseline(cfg: GymforgeConfig, tree: Path, run_dir: Path, hidden, it: VerificationIteration):
+    """Install the task of `tree` in `run_dir`, run its baseline and evaluate the artefact: the part of a
+    verification that needs no teacher (micro tasks reuse it). Errors land in `it.errors`, the time in
+    `it.timings_s["baseline"]`; returns (environment, BaselineReport), or None on an error."""
+    from gymforge.agent import EvaluationFormatError, SubmissionNotFound
+    from gymforge.tasks.environment import BaselineFailed, InstallError, TaskEnvironment, TaskUnsupported
+    from gymforge.stages.datasets import cache_root
+    from gymforge.tasks.episode import limits_of, sandbox_for
 
     started = time.monotonic()
-    env = environment("baseline")
+    env = TaskEnvironment(_task_yaml(tree), root=tree, sandbox=sandbox_for(cfg, 0), run_dir=run_dir,
+                          limits=limits_of(cfg), hidden_columns=hidden, dataset_cache=cache_root(cfg))
     try:
         env.install()
         report = env.run_baseline()
@@ -79,6 +74,28 @@ def _attempt(cfg: GymforgeConfig, tree: Path, work: Path, hidden, episode_dir: P
     if it.errors:
         return None
     it.baseline_scores = report.metrics
+    return env, report
+
+
+def _attempt(cfg: GymforgeConfig, tree: Path, work: Path, hidden, episode_dir: Path, seed: int,
+             it: VerificationIteration):
+    """Baseline + evaluation, then one teacher episode. Errors land in `it.errors`; returns the baseline env."""
+    from gymforge.agent import Agent, AgentConfig, AgentTask
+    from gymforge.tasks.environment import TaskEnvironment
+    from gymforge.stages.datasets import cache_root
+    from gymforge.llm.client import make_client
+    from gymforge.tasks.episode import limits_of, sandbox_for
+
+    sandbox, limits = sandbox_for(cfg, 0), limits_of(cfg)
+
+    def environment(name: str) -> TaskEnvironment:
+        return TaskEnvironment(_task_yaml(tree), root=tree, sandbox=sandbox, run_dir=work / name, limits=limits,
+                               hidden_columns=hidden, dataset_cache=cache_root(cfg))
+
+    checked = check_baseline(cfg, tree, work / "baseline", hidden, it)
+    if checked is None:
+        return None
+    env, report = checked
 
     started = time.monotonic()
     episode = environment("episode")
@@ -100,16 +117,16 @@ def _attempt(cfg: GymforgeConfig, tree: Path, work: Path, hidden, episode_dir: P
     return env, usage
 
 
-def verify(cfg: GymforgeConfig, slot: str, proposal_file: Path, configs_file: Path, code_file: Path,
-           task_tree: Path, report_out: Path, env_out: Path) -> VerificationReport:
-    proposal = ProposalRecord.model_validate_json(Path(proposal_file).read_text())
-    configs = GenerationRecord.model_validate_json(Path(configs_file).read_text())
-    code = GenerationRecord.model_validate_json(Path(code_file).read_text())
+def verify_environment(cfg: GymforgeConfig, slot: str, proposal: Path, configs: Path, code: Path,
+           tree: Path, report_out: Path, env_out: Path) -> VerificationReport:
+    proposal_record = ProposalRecord.model_validate_json(Path(proposal).read_text())
+    configs_record = GenerationRecord.model_validate_json(Path(configs).read_text())
+    code_record = GenerationRecord.model_validate_json(Path(code).read_text())
     with atomic.directory(env_out) as verified:
-        if code.status != "ok":
-            report = VerificationReport(item=slot, status="skipped", reason_code=code.reason_code, reason=code.reason)
+        if code_record.status != "ok":
+            report = VerificationReport(item=slot, status="skipped", reason_code=code_record.reason_code, reason=code_record.reason)
         else:
-            report = _verify(cfg, slot, proposal, configs, code, Path(task_tree), verified)
+            report = _verify(cfg, slot, proposal_record, configs_record, code_record, Path(tree), verified)
     atomic.write_text(report_out, report.model_dump_json(indent=2))
     return report
 

@@ -1,0 +1,60 @@
+# Stage 3.8a: every model in evaluate.models runs every benchmark task runs_per_task times (one job per
+# model and task), after a decontamination check of the benchmark against the synthesized tasks.
+from gymforge.benchmark.suite import load_benchmark
+from gymforge.core.plan import run_ids
+
+BENCHMARK = load_benchmark(CFG.evaluate)
+BENCHMARK_TASKS = [t.id for t in BENCHMARK]
+TASK_GPUS = {t.id: t.gpus for t in BENCHMARK}  # a GPU task's job declares (and leases) its GPUs
+EVAL_MODELS = [m.name for m in CFG.evaluate.models]
+SCORES = f"{R}/scores"
+EVAL_RECORDS = expand(f"{SCORES}/runs/{{model}}/{{task}}.json", model=EVAL_MODELS, task=BENCHMARK_TASKS)
+
+
+wildcard_constraints:
+    model=r"[A-Za-z0-9][A-Za-z0-9.-]*",
+
+
+rule decontamination:
+    input:
+        envs=expand(f"{R}/environments/{{slot}}/verified", slot=TOPIC_SLOTS),
+        proposals=expand(f"{R}/proposals/{{slot}}.json", slot=TOPIC_SLOTS),
+    output:
+        f"{SCORES}/decontamination.json",
+    log:
+        f"{LOGS}/scores/decontamination.log",
+    params:
+        digest=CFG.digest("evaluate"),
+    shell:
+        gymforge(
+            "decontamination",
+            "--synthesized {input.envs} --proposals {input.proposals} --out {output}",
+        )
+
+
+rule eval_runs:
+    input:
+        checkpoint=built_checkpoint,
+        decontamination=f"{SCORES}/decontamination.json",
+    output:
+        f"{SCORES}/runs/{{model}}/{{task}}.json",
+    log:
+        f"{LOGS}/scores/{{model}}/{{task}}.log",
+    benchmark:
+        f"{BENCH}/scores/{{model}}/{{task}}.tsv"
+    params:
+        digest=CFG.digest("seed", "sandbox", "evaluate"),
+        spec=lambda w: model_spec(CFG, w.model).model_dump_json(),
+        runs=" ".join(map(str, run_ids(CFG))),
+        checkpoint=lambda w: f"--checkpoint {shlex.quote(model_checkpoint(w))}" if model_checkpoint(w) else "",
+    resources:
+        gpu=lambda w: (CFG.evaluate.serving.gpus if served_model(w.model) else 0) + TASK_GPUS[w.task],
+        mem_mb=CFG.evaluate.mem_mb,
+        runtime=CFG.evaluate.runtime_min,
+    shell:
+        gymforge(
+            "eval-runs",
+            "--model {wildcards.model} --task {wildcards.task} --runs {params.runs} {params.checkpoint} "
+            "--log {log} --out {output}",
+            gpus=True,
+        )

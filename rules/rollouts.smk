@@ -1,0 +1,34 @@
+# Stage 3.5: teacher rollouts in shards per topic slot (trivial shards for tasks that were not verified).
+from gymforge.core.plan import shard_ids, shard_rollouts
+
+TRAJ_SHARDS = shard_ids(CFG)
+SHARD_FILES = expand(f"{R}/trajectories/{{slot}}/shard_{{shard}}.json", slot=TOPIC_SLOTS, shard=TRAJ_SHARDS)
+
+
+rule rollout_shard:
+    input:
+        report=f"{R}/environments/{{slot}}/report.json",
+        env=f"{R}/environments/{{slot}}/verified",
+    output:
+        f"{R}/trajectories/{{slot}}/shard_{{shard}}.json",
+    log:
+        f"{LOGS}/trajectories/{{slot}}/shard_{{shard}}.log",
+    benchmark:
+        f"{BENCH}/trajectories/{{slot}}/shard_{{shard}}.tsv"
+    wildcard_constraints:
+        shard=r"\d{4}",
+    params:
+        digest=CFG.digest("seed", "teacher", "sandbox", "trajectories"),
+        # The rollout indices this shard holds: changing per_task or shard_size reruns only the shards it changes.
+        rollouts=lambda w: ",".join(map(str, shard_rollouts(CFG, int(w.shard)))),
+    resources:
+        gpu=CFG.trajectories.gpus,
+        mem_mb=CFG.trajectories.mem_mb or CFG.sandbox.memory_mb * CFG.trajectories.concurrency + 1024,
+        runtime=CFG.trajectories.runtime_min,
+    shell:
+        gymforge(
+            "rollout-shard",
+            "--slot {wildcards.slot} --shard {wildcards.shard} --report {input.report} --env {input.env} "
+            "--out {output}",
+            gpus=True,
+        )

@@ -1,0 +1,431 @@
+"""The whole pipeline configuration as one Pydantic model.
+
+Snakemake loads `config.yaml` (plus `--config` overrides) into a dict; `validate_config` turns it
+into a `GymforgeConfig` before any job is scheduled, so a bad value fails with its key path.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator, model_validator
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class Price(_Strict):
+    """USD per million tokens; used for cost accounting and the budget."""
+
+    input_per_mtok: float = Field(0.0, ge=0)
+    output_per_mtok: float = Field(0.0, ge=0)
+
+    def cost(self, prompt_tokens: int, completion_tokens: int) -> float:
+        return (prompt_tokens * self.input_per_mtok + completion_tokens * self.output_per_mtok) / 1e6
+
+
+class EndpointConfig(_Strict):
+    """One chat model behind an OpenAI-compatible endpoint."""
+
+    provider: Literal["offline", "openai", "local"] = Field(
+        "offline",
+        description="`offline`: the embedded deterministic teacher on loopback; "
+        "`openai`: any OpenAI-compatible endpoint (OpenAI, vLLM, SGLang, Ollama) at `base_url`; "
+        "`local`: a checkpoint gymforge serves itself (no API key).",
+    )
+    base_url: str | None = Field(None, validate_default=True,
+                                 description="Endpoint URL ending in /v1; required for `openai` unless OPENAI_BASE_URL is set.")
+    model: str = "gymforge-offline-teacher"
+    api_key_env: str = Field("OPENAI_API_KEY", description="Name of the environment variable holding the API key; the key itself is never stored.")
+    temperature: float = Field(0.7, ge=0, le=2)
+    max_tokens: int = Field(4096, ge=1)
+    concurrency: int = Field(4, ge=1, description="Maximum simultaneous requests from one job.")
+    timeout_s: float = Field(120.0, gt=0)
+    max_retries: int = Field(6, ge=0)
+    price: Price = Price()
+
+    @field_validator("base_url")
+    @classmethod
+    def _reachable(cls, value: str | None, info: ValidationInfo) -> str | None:
+        if value is None and info.data.get("provider") == "openai" and not os.environ.get("OPENAI_BASE_URL"):
+            raise ValueError("base_url is required when provider is 'openai' (or set OPENAI_BASE_URL)")
+        return value
+
+    def api_key(self) -> str:
+        # Read at call time so the key never lands in a config dump, cache key or log.
+        if self.provider in ("offline", "local"):
+            return self.provider
+        key = os.environ.get(self.api_key_env)
+        if not key:
+            raise ConfigError(f"llm.teacher.api_key_env: environment variable {self.api_key_env} is not set")
+        return key
+
+
+class LLMConfig(_Strict):
+    budget_usd: float = Field(10.0, gt=0, description="Hard cap on spend across all stages (results dir): requests are "
+                              "admitted while their realistic cost fits, with max_tokens lowered so that the worst "
+                              "case of everything in flight does too; actual spend never exceeds it.")
+    teacher: EndpointConfig = EndpointConfig()
+
+
+class TopicsConfig(_Strict):
+    n: int = Field(12, ge=1, description="Topic slots to fill (paper: 1000).")
+    batch_size: int = Field(4, ge=1, le=200, description="Topics asked for per teacher call (paper: 20).")
+    similarity_threshold: float = Field(
+        0.8, gt=0, le=1, description="Token Jaccard similarity at or above which a topic counts as a near-duplicate."
+    )
+    max_nudges: int = Field(2, ge=0, description="Re-asks when a batch is not a JSON array.")
+
+
+class DatasetsConfig(_Strict):
+    hub: Literal["offline", "huggingface"] = "offline"
+    search_limit: int = Field(8, ge=1, le=100)
+    example_rows: int = Field(3, ge=0, le=20)
+    cache_dir: str | None = Field(
+        None, description="Where hub datasets that tasks load by id are fetched to and mounted read-only from "
+        "(default: <cache_dir>/datasets).")
+
+
+class ProposalsConfig(_Strict):
+    max_tool_calls: int = Field(4, ge=0, description="Dataset searches the teacher may make per topic.")
+    max_nudges: int = Field(2, ge=0, description="Re-asks when the answer is not the requested JSON.")
+
+
+class GenerationConfig(_Strict):
+    max_attempts: int = Field(3, ge=1, description="Teacher attempts per generation stage (first draft plus repairs).")
+
+
+class SandboxConfig(_Strict):
+    backend: Literal["local", "docker"] = Field("local", description="Where task code and agent actions run.")
+    image: str = Field("gymforge-sandbox:latest", description="Docker image (docker backend).")
+    memory_mb: int = Field(2048, ge=1024, description="Address-space cap per process; below 1 GiB numeric code hangs.")
+    cpu_seconds: int = Field(3600, ge=1)
+    max_processes: int = Field(256, ge=8)
+    tmp_mb: int = Field(512, ge=16, description="Size of each sandbox's private /tmp (counts towards its memory).")
+    disk_mb: int = Field(8192, ge=64, description="Total size of a workspace; a command growing it past this is stopped.")
+    allow_weak_confinement: bool = Field(False, description="Let the local backend run untrusted code without "
+                                         "bubblewrap (unshare or no confinement: it can read the host's files, "
+                                         "held-out answers included). Off: a clear error instead.")
+
+
+class VerificationConfig(_Strict):
+    p_debug: float = Field(0.5, ge=0, le=1, description="Chance that runtime errors go back to code generation "
+                           "(otherwise generation restarts from the configs).")
+    max_iterations: int = Field(3, ge=1, description="Verification attempts per task before it is discarded.")
+    episode_max_steps: int = Field(50, ge=1, description="Step limit of the teacher episode that proves a task solvable.")
+
+
+class MicroConfig(_Strict):
+    """Micro-scale variants of verified tasks (SandMLE): the RL environments."""
+
+    max_train_rows: int = Field(200, ge=50, description="Training rows a micro task keeps (SandMLE: 50-200); "
+                                "smaller splits are kept whole.")
+    stratify: bool = Field(True, description="Keep each label's share (at least one row per class) when the "
+                           "target is a class label; time series keep their most recent contiguous rows.")
+    eval_scale: float = Field(0.2, gt=0, le=1, description="Games and algorithmic tasks: repetition counts of "
+                              "the evaluation (matches, instances, simulations) are scaled by this, at least 1.")
+
+
+class TrajectoriesConfig(_Strict):
+    per_task: int = Field(6, ge=1, description="Teacher rollouts per verified task (paper: 256).")
+    shard_size: int = Field(4, ge=1, description="Rollouts per shard job; a shard's rollouts run concurrently and "
+                            "share its resources (gpus). shard_size >= per_task gives one job (one GPU) per task.")
+    concurrency: int = Field(4, ge=1, description="Rollouts in flight at once inside a shard (LLM requests are "
+                             "further capped by llm.teacher.concurrency).")
+    max_steps: int = Field(50, ge=1, description="Agent step limit per rollout (paper and MLGym: 50).")
+    model: str | None = Field(None, description="Teacher model name for rollouts; null: llm.teacher.model.")
+    gpus: int = Field(0, ge=0, description="GPUs each shard job declares (`resources: gpu`); its rollouts share them.")
+    mem_mb: int | None = Field(None, ge=256, description="Memory each shard job declares; null: "
+                               "sandbox.memory_mb x concurrency + 1 GiB.")
+    runtime_min: int = Field(240, ge=1, description="Wall-clock minutes each shard job declares (cluster runtime).")
+
+
+class FilterConfig(_Strict):
+    max_tokens: int = Field(48000, ge=1, description="Reject trajectories longer than this many student tokens "
+                            "(chat template applied; paper: 48K).")
+    max_per_task: int | None = Field(None, ge=1, description="Keep at most this many trajectories per task "
+                                     "(the first in rollout order); null: no cap.")
+    exclude_flagged: bool = Field(True, description="Drop trajectories with a suspicious-action flag "
+                                  "(gymforge.agent.audit); false keeps them (they are still counted).")
+
+
+class SftConfig(_Strict):
+    extra_sources: list[str] = Field([], description="More trajectories for the SFT dataset: directories (or files) "
+                                     "of MLGym run folders (`<task>.traj` + results.json), gymforge run-task "
+                                     "folders or rollout shards (`shard_*.json`), read as `gymforge "
+                                     "import-trajectories` reads them and put through the same filters.")
+
+
+class LoraConfig(_Strict):
+    enabled: bool = Field(False, description="Train LoRA adapters instead of all weights (merged into the saved checkpoint).")
+    r: int = Field(16, ge=1)
+    alpha: int = Field(32, ge=1)
+    dropout: float = Field(0.05, ge=0, lt=1)
+    target_modules: str | list[str] = Field("all-linear", description="PEFT target_modules: a list of module names or `all-linear`.")
+
+
+class TinyStudentConfig(_Strict):
+    """Architecture of the offline student: a randomly initialised Qwen3 model small enough for CPU training."""
+
+    hidden_size: int = Field(128, ge=8)
+    num_layers: int = Field(2, ge=1)
+    num_heads: int = Field(4, ge=1)
+    num_kv_heads: int = Field(2, ge=1)
+    head_dim: int = Field(32, ge=4)
+    intermediate_size: int = Field(384, ge=8)
+
+
+class TrainConfig(_Strict):
+    student: str = Field("offline", description="Student model: a Hugging Face id or local path (e.g. Qwen/Qwen3-4B), "
+                         "or `offline`: a tiny Qwen3-architecture model with a tokenizer trained locally.")
+    max_length: int = Field(32768, ge=16, description="Tokens per SFT example; longer ones are truncated (paper: 32K).")
+    learning_rate: float = Field(1e-5, gt=0)
+    epochs: float = Field(3.0, gt=0)
+    batch_size: int = Field(1, ge=1, description="Examples per device per step.")
+    gradient_accumulation: int = Field(8, ge=1)
+    warmup_ratio: float = Field(0.03, ge=0, lt=1)
+    scheduler: str = Field("cosine", description="transformers lr_scheduler_type (cosine, linear, constant, ...).")
+    weight_decay: float = Field(0.0, ge=0)
+    precision: Literal["auto", "bf16", "fp16", "fp32"] = Field(
+        "auto", description="`auto`: bf16 on a GPU that supports it, else fp32.")
+    gradient_checkpointing: bool = False
+    seed: int | None = Field(None, description="Training seed; null: the run seed.")
+    lora: LoraConfig = LoraConfig()
+    tiny: TinyStudentConfig = TinyStudentConfig()
+    gpus: int = Field(0, ge=0, description="GPUs the training job declares; more than one launches it with accelerate.")
+    strategy: Literal["ddp", "fsdp", "deepspeed"] = Field(
+        "ddp", description="Multi-GPU strategy: accelerate config file src/gymforge/core/accelerate/<strategy>.yaml.")
+    logging_steps: int = Field(1, ge=1)
+    mem_mb: int = Field(8192, ge=256)
+    runtime_min: int = Field(720, ge=1)
+
+    @property
+    def name(self) -> str:
+        """Folder name of the student under results/checkpoints/."""
+        return "tiny-qwen3" if self.student == "offline" else Path(self.student.rstrip("/")).name
+
+
+MODEL_SOURCES = ("teacher", "student-base", "student-sft", "student-rl", "endpoint", "checkpoint")
+
+
+class ModelSpec(_Strict):
+    """One model to score. Every model is reached through an OpenAI-compatible endpoint."""
+
+    name: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9.-]*$", description="Run folders are <name>__<task>__run<k>; "
+                      "`baseline` is reserved for the baseline pseudo-model.")
+    source: Literal["teacher", "student-base", "student-sft", "student-rl", "endpoint", "checkpoint"] = Field(
+        description="`teacher`: llm.teacher (with `model` as its model name when set); `student-base`/`student-sft`: "
+        "the student before/after SFT, served by evaluate.serving; `student-rl`: the RL checkpoint (rule train_rl); `endpoint`: an external OpenAI-compatible endpoint "
+        "(`base_url`, `model`); `checkpoint`: a local model folder or hub id in `model`, served by evaluate.serving.")
+    model: str | None = None
+    base_url: str | None = None
+    api_key_env: str = "OPENAI_API_KEY"
+    price: Price = Price()
+
+    @model_validator(mode="after")
+    def _complete(self) -> "ModelSpec":
+        if self.name == "baseline":
+            raise ValueError("`baseline` is the baseline pseudo-model's name; choose another")
+        if self.source == "endpoint" and not (self.base_url and self.model):
+            raise ValueError("an `endpoint` model needs base_url and model")
+        if self.source == "checkpoint" and not self.model:
+            raise ValueError("a `checkpoint` model needs model (a folder or a hub id)")
+        return self
+
+
+class ServingConfig(_Strict):
+    backend: Literal["auto", "transformers", "vllm"] = Field(
+        "auto", description="How local checkpoints are served: `transformers` (loopback server, CPU or GPU), `vllm` "
+        "(launched per job, GPU), `auto`: vllm when gpus > 0 and vllm is installed, else transformers.")
+    gpus: int = Field(0, ge=0, description="GPUs each evaluation job of a served model declares.")
+    max_new_tokens: int = Field(1024, ge=1)
+    temperature: float = Field(0.7, ge=0, le=2)
+    startup_timeout_s: float = Field(900.0, gt=0)
+    vllm_args: list[str] = Field([], description="Extra arguments for `vllm serve` (e.g. --max-model-len 32768).")
+
+
+class EvaluateConfig(_Strict):
+    benchmark: Literal["builtin", "mlgym"] = Field(
+        "builtin", description="`builtin`: gymforge's offline suite; `mlgym`: the tasks of the checkout at mlgym_root.")
+    mlgym_root: str | None = Field(None, description="An MLGym checkout (its configs/tasks/*.yaml and data/).")
+    tasks: list[str] | None = Field(None, description="Task ids to run; null: every task of the benchmark.")
+    runs_per_task: int = Field(4, ge=1, description="Runs per model and task (MLGym: 4, paper: 64).")
+    max_steps: int = Field(50, ge=1, description="Agent step limit per run (MLGym: 50).")
+    concurrency: int = Field(2, ge=1, description="Runs in flight at once inside one job.")
+    models: list[ModelSpec] = Field(
+        [ModelSpec(name="teacher", source="teacher"), ModelSpec(name="student-base", source="student-base"),
+         ModelSpec(name="student-sft", source="student-sft")],
+        description="Models to score; the baseline pseudo-model is always added.")
+    serving: ServingConfig = ServingConfig()
+    mem_mb: int = Field(4096, ge=256)
+    runtime_min: int = Field(240, ge=1)
+
+    @model_validator(mode="after")
+    def _consistent(self) -> "EvaluateConfig":
+        names = [m.name for m in self.models]
+        if len(set(names)) != len(names):
+            raise ValueError(f"evaluate.models: duplicate names in {names}")
+        if self.benchmark == "mlgym" and not self.mlgym_root:
+            raise ValueError("evaluate.mlgym_root is required when benchmark is 'mlgym'")
+        from gymforge.tasks.mlgym import check_task_id
+
+        for task_id in self.tasks or []:  # ids name result files: never let an odd one reach them
+            check_task_id(task_id, "evaluate.tasks: task id")
+        return self
+
+
+class RewardConfig(_Strict):
+    """Weights of the shaped RL reward (gymforge.rl.rewards)."""
+
+    improvement_weight: float = Field(1.0, description="Weight of the normalised improvement over the baseline.")
+    improvement_clip: float = Field(1.0, gt=0, description="The normalised improvement is clipped to +-this.")
+    scale_floor: float = Field(0.01, gt=0, description="Improvements are divided by max(|baseline|, this).")
+    milestone_ran_code: float = Field(0.1, description="A python command exited 0 (paper: +0.1 per milestone).")
+    milestone_artefact: float = Field(0.1, description="The evaluation found the submission artefact.")
+    milestone_evaluated: float = Field(0.1, description="The evaluation produced a valid metric.")
+    milestone_beat_baseline: float = Field(0.1, description="The final submission beat the baseline.")
+    no_submission_penalty: float = Field(-1.0, le=0, description="Added when there is no valid final submission "
+                                         "(and for flagged episodes); the paper uses -10 with +0.1 milestones.")
+
+
+class RLConfig(_Strict):
+    """On-policy RL after SFT (gymforge.rl; rule train_rl, target rl)."""
+
+    tasks_from: Literal["micro", "environments"] = Field(
+        "micro", description="Where the RL tasks come from: micro-scale variants (results/micro) or the verified "
+        "environments themselves.")
+    tasks: list[str] | None = Field(None, description="Topic slots to train on (e.g. [t0001, t0005]); null: every slot "
+                                    "whose task was verified.")
+    iterations: int = Field(10, ge=1, description="Policy updates (each: rollouts, advantages, update, checkpoint).")
+    tasks_per_iteration: int = Field(1, ge=1, description="Tasks per iteration, taken round-robin over the RL tasks.")
+    group_size: int = Field(4, ge=2, description="Episodes per task and iteration (the GRPO group).")
+    max_steps: int = Field(5, ge=1, description="Agent step limit per RL episode.")
+    concurrency: int = Field(2, ge=1, description="Episodes in flight at once.")
+    improve_fraction: float = Field(0.5, ge=0, le=1, description="Share of episodes that start from the task's best "
+                                    "previous solution with the improve prompt (paper: half).")
+    temperature: float = Field(1.0, gt=0, le=2, description="Sampling temperature of the rollouts (log-probs are "
+                               "taken at 1.0, so keep it there for an unbiased on-policy update).")
+    max_new_tokens: int = Field(256, ge=1, description="Tokens per reply in rollouts.")
+    learning_rate: float = Field(1e-6, gt=0)
+    epochs: int = Field(1, ge=1, description="Passes over an iteration's samples.")
+    minibatches: int = Field(1, ge=1, description="Optimizer steps per pass (the samples split evenly).")
+    clip_eps: float = Field(0.2, gt=0, description="PPO/GRPO ratio clip.")
+    kl_coef: float = Field(0.04, ge=0, description="Weight of the KL penalty to the SFT reference (k3 estimator).")
+    max_grad_norm: float = Field(1.0, gt=0)
+    duration_aware: bool = Field(True, description="Weight each action's loss by its execution time, normalised to "
+                                 "mean 1 within the batch (\"RL for MLE agents\").")
+    duration_floor_s: float = Field(1.0, ge=0, description="Actions count at least this long (replies that ran "
+                                    "nothing, such as malformed ones, still learn).")
+    duration_max_weight: float = Field(5.0, gt=0, description="Cap of one action's duration weight.")
+    max_length: int = Field(8192, ge=16, description="Tokens per training sample (one request and its reply); "
+                            "longer ones are cut at the start of the prompt side.")
+    reward: RewardConfig = RewardConfig()
+    seed: int | None = Field(None, description="RL seed; null: the run seed.")
+    threads: int = Field(2, ge=1, description="torch threads of the trainer (CPU).")
+    keep_checkpoints: int = Field(2, ge=1, description="Iteration checkpoints kept for resuming.")
+    gpus: int = Field(0, ge=0, description="GPUs of the train_rl job (policy server and trainer share them).")
+    mem_mb: int = Field(8192, ge=256)
+    runtime_min: int = Field(1440, ge=1)
+
+
+class GymforgeConfig(_Strict):
+    seed: int = 0
+    results_dir: str = "results"
+    cache_dir: str = Field(".cache/gymforge", description="LLM response cache and the offline dataset hub.")
+    topics: TopicsConfig = TopicsConfig()
+    llm: LLMConfig = LLMConfig()
+    datasets: DatasetsConfig = DatasetsConfig()
+    proposals: ProposalsConfig = ProposalsConfig()
+    generation: GenerationConfig = GenerationConfig()
+    sandbox: SandboxConfig = SandboxConfig()
+    verification: VerificationConfig = VerificationConfig()
+    micro: MicroConfig = MicroConfig()
+    trajectories: TrajectoriesConfig = TrajectoriesConfig()
+    filter: FilterConfig = FilterConfig()
+    sft: SftConfig = SftConfig()
+    train: TrainConfig = TrainConfig()
+    evaluate: EvaluateConfig = EvaluateConfig()
+    rl: RLConfig = RLConfig()
+
+    @property
+    def results(self) -> Path:
+        return Path(self.results_dir)
+
+    @property
+    def cache(self) -> Path:
+        return Path(self.cache_dir)
+
+    def rerun_view(self) -> dict[str, Any]:
+        """The settings that change what a job produces; budget, prices, concurrency and `topics.n` do not."""
+        dump = self.model_dump(mode="json")
+        teacher = dump["llm"]["teacher"]
+        dump["teacher"] = {k: teacher[k] for k in ("provider", "model", "temperature", "max_tokens")}
+        dump["topics"].pop("n")
+        # Where fetched datasets are kept changes no output (and must not rerun proposals when set).
+        dump["datasets"].pop("cache_dir")
+        # How rollouts are scheduled never changes one: a shard's rollout indices are its rule's params.
+        for key in ("per_task", "shard_size", "concurrency", "gpus", "mem_mb", "runtime_min"):
+            dump["trajectories"].pop(key)
+        # The student's tokenizer counts SFT lengths; other training settings must not rerun the filter.
+        dump["student"] = {"student": dump["train"]["student"]}
+        for key in ("gpus", "mem_mb", "runtime_min", "logging_steps"):
+            dump["train"].pop(key)
+        # An evaluation job reruns for its own model and task only; which runs it holds are its rule's params.
+        for key in ("tasks", "runs_per_task", "concurrency", "models", "mem_mb", "runtime_min"):
+            dump["evaluate"].pop(key)
+        dump["evaluate"]["serving"].pop("gpus")
+        for key in ("gpus", "mem_mb", "runtime_min", "threads", "concurrency", "keep_checkpoints"):
+            dump["rl"].pop(key)
+        return dump
+
+    def digest(self, *sections: str) -> str:
+        """Short content hash of some `rerun_view` sections: a rule's rerun trigger and provenance stamp."""
+        view = self.rerun_view()
+        return hashlib.sha256(json.dumps({s: view[s] for s in sections}, sort_keys=True).encode()).hexdigest()[:12]
+
+
+class ConfigError(ValueError):
+    """An invalid configuration, phrased with the offending key path."""
+
+
+def _format_errors(err: ValidationError) -> str:
+    lines = []
+    for e in err.errors():
+        path = ".".join(str(p) for p in e["loc"]) or "<root>"
+        reason = e["msg"]
+        if e["type"] == "extra_forbidden":
+            reason = "unknown key (check the spelling against config.yaml / schemas/config.schema.json)"
+        got = e.get("input")
+        suffix = f" (got {got!r})" if e["type"] != "extra_forbidden" and not isinstance(got, dict) else ""
+        lines.append(f"  {path}: {reason}{suffix}")
+    return "invalid gymforge config:\n" + "\n".join(lines)
+
+
+def validate_config(raw: dict[str, Any]) -> GymforgeConfig:
+    try:
+        return GymforgeConfig.model_validate(raw)
+    except ValidationError as err:
+        raise ConfigError(_format_errors(err)) from None
+
+
+def load_config(path: str | Path, overrides: dict[str, Any] | None = None) -> GymforgeConfig:
+    raw = yaml.safe_load(Path(path).read_text()) or {}
+    if overrides:
+        raw = deep_merge(raw, overrides)
+    return validate_config(raw)
+
+
+def deep_merge(base: dict[str, Any], extra: dict[str, Any]) -> dict[str, Any]:
+    out = dict(base)
+    for key, value in extra.items():
+        if isinstance(value, dict) and isinstance(out.get(key), dict):
+            out[key] = deep_merge(out[key], value)
+        else:
+            out[key] = value
+    return out

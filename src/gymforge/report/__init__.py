@@ -1,0 +1,1 @@
+"""Figures and the run summary: SFT plots, score plots, the funnel page."""

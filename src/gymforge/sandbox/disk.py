@@ -1,0 +1,176 @@
+"""A hard cap on the workspace's size: a file system of its own, as large as `Limits.disk_mb`.
+
+While a sandbox is open on a workspace (a session, or a writable one-shot run), the workspace is a sparse ext4
+image loop-mounted over its own host directory: a write past the cap fails at once with ENOSPC, however fast
+the writer (`fallocate -l 50G`, dd), and nothing of the host's disk beyond the cap can be taken. The host path
+stays the same, so the host-side steps (file tools, the evaluation's copy-out) and the sandbox's bind mount
+(bubblewrap, or the docker daemon's) see the same files. The image is populated from the directory when the
+first sandbox opens (`mkfs.ext4 -d`), unlinked as soon as it is mounted (the loop device keeps it, so a
+crash leaves no file behind), and copied back to a plain directory when the last sandbox on the workspace
+closes. Nested users of one workspace (an episode's session and a run on the same workspace) share one image.
+
+This needs root, `mkfs.ext4` and loop devices. Where any is missing (or a workspace is already a mount point
+of its own) `acquire` returns False, once logged, and the caller falls back to polling the tree's size
+(`LimitWatch`), which a fast writer overshoots until the next look.
+
+In the sandbox's /proc/self/mountinfo the workspace then shows as the root of /dev/loopN: no host path.
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+import os
+import secrets
+import shutil
+import subprocess
+import tempfile
+import threading
+from pathlib import Path
+
+log = logging.getLogger(__name__)
+
+_lock = threading.Lock()
+_held: dict[str, int] = {}  # workspace -> sandboxes open on it
+_SLACK = 64 << 20  # room above the workspace's current size when it already exceeds the cap (cleaning up needs some)
+
+
+def _run(argv: list[str], timeout: float = 120) -> None:
+    r = subprocess.run(argv, capture_output=True, text=True, timeout=timeout)
+    if r.returncode:
+        raise OSError(f"{' '.join(argv[:2])} failed ({r.returncode}): {(r.stderr or r.stdout).strip()[-300:]}")
+
+
+def _image_bytes(content: int, cap_mb: int) -> int:
+    """An image whose free space is about `cap_mb` MiB (or the content plus some slack, if it already holds more):
+    ext4's own metadata (inode tables, about 3.1% at one 256-byte inode per 8 KiB, and the group descriptors)
+    on top."""
+    size = cap_mb << 20 if content <= cap_mb << 20 else content + _SLACK
+    return size + size // 28 + (16 << 20)
+
+
+def _mkfs(image: Path, source: Path | None, size: int) -> None:
+    with open(image, "wb") as f:
+        f.truncate(size)  # sparse: the host disk holds only what is written
+    _run(["mkfs.ext4", "-q", "-F", "-m", "0", "-i", "8192", "-O", "^has_journal", "-E", "nodiscard,lazy_itable_init=1",
+          *(["-d", str(source)] if source is not None else []), str(image)])
+
+
+def _mount(image: Path, at: Path) -> None:
+    _run(["mount", "-t", "ext4", "-o", "loop,nosuid,nodev,noatime", str(image), str(at)])
+
+
+def _umount(at: Path) -> None:
+    try:
+        _run(["umount", str(at)])
+    except OSError:
+        _run(["umount", "-l", str(at)])  # something still holds it open: detach now, free when it lets go
+
+
+@functools.cache
+def available() -> bool:
+    """Whether workspaces can get a file system of their own here (tried once, with a tiny image)."""
+    why = None
+    if os.geteuid() != 0:
+        why = "not root"
+    elif not (shutil.which("mkfs.ext4") and shutil.which("mount")):
+        why = "no mkfs.ext4"
+    else:
+        with tempfile.TemporaryDirectory(prefix="gymforge-disk-") as d:
+            image, at = Path(d) / "img", Path(d) / "mnt"
+            at.mkdir()
+            try:
+                _mkfs(image, None, 8 << 20)
+                _mount(image, at)
+                _umount(at)
+            except (OSError, subprocess.SubprocessError) as err:
+                why = str(err)
+    if why:
+        log.warning("the workspace disk cap (sandbox.disk_mb) is polled every 2 s, not enforced by a file system of "
+                    "its own (%s): a fast writer overshoots it until the next check", why)
+    return why is None
+
+
+def capped(workspace: Path) -> bool:
+    """Whether a sandbox of this process holds `workspace` on its own capped file system."""
+    with _lock:
+        return str(workspace) in _held
+
+
+def acquire(workspace: Path, cap_mb: int) -> bool:
+    """Put `workspace` (a resolved host path, no sandbox running on it) on a file system of about `cap_mb` MiB,
+    or count one more user of the one it is on. False: not possible here, the caller polls instead."""
+    key = str(workspace)
+    with _lock:
+        if key in _held:
+            _held[key] += 1
+            return True
+        if not available() or os.path.ismount(workspace):
+            return False
+        try:
+            _capture(workspace, cap_mb)
+        except (OSError, subprocess.SubprocessError) as err:
+            log.warning("workspace %s stays on the host's disk, its cap polled: %s", workspace.name, err)
+            return False
+        _held[key] = 1
+        return True
+
+
+def release(workspace: Path) -> None:
+    """One user of `workspace` is done (its processes are gone); the last one puts the files back on the host's
+    disk and removes the file system."""
+    key = str(workspace)
+    with _lock:
+        if key not in _held:
+            return
+        _held[key] -= 1
+        if _held[key] > 0:
+            return
+        del _held[key]
+        _restore(workspace)
+
+
+def _sibling(workspace: Path, what: str) -> Path:
+    return workspace.parent / f".{workspace.name}.{what}-{secrets.token_hex(4)}"
+
+
+def _capture(ws: Path, cap_mb: int) -> None:
+    from .base import tree_bytes
+
+    st = os.lstat(ws)
+    staged = _sibling(ws, "in")
+    image = _sibling(ws, "img")
+    os.rename(ws, staged)
+    mounted = False
+    try:
+        _mkfs(image, staged, _image_bytes(tree_bytes(staged), cap_mb))
+        os.mkdir(ws, 0o700)
+        _mount(image, ws)
+        mounted = True
+        os.rmdir(ws / "lost+found")
+        os.chown(ws, st.st_uid, st.st_gid)
+        os.chmod(ws, st.st_mode & 0o7777)
+    except BaseException:
+        if mounted:
+            _umount(ws)
+        if ws.is_dir():
+            os.rmdir(ws)
+        os.rename(staged, ws)
+        raise
+    finally:
+        image.unlink(missing_ok=True)  # the loop device holds it while mounted; freed with the mount
+    shutil.rmtree(staged, ignore_errors=True)
+
+
+def _restore(ws: Path) -> None:
+    out = _sibling(ws, "out")
+    try:
+        # Every process of the sandboxes is gone: the tree is still. Links are copied as links, never followed.
+        _run(["cp", "-a", "--", f"{ws}/.", str(out)], timeout=3600)
+    except (OSError, subprocess.SubprocessError) as err:
+        shutil.rmtree(out, ignore_errors=True)
+        log.error("could not copy workspace %s off its capped file system; it stays mounted: %s", ws, err)
+        return
+    _umount(ws)
+    os.rmdir(ws)
+    os.rename(out, ws)

@@ -1,0 +1,559 @@
+"""Stage 3.6: filter the rollouts and turn the kept ones into an SFT dataset (chat format), with statistics.
+
+What an example is: one example per kept trajectory, and its messages are exactly what the teacher was
+sent at its final turn followed by its final reply: `build_messages(history up to the last assistant
+turn)`, the same templates and the same history processing (all but the last
+`AgentConfig.keep_observations` observations elided) as the agent loop uses at evaluation time. So the
+last assistant turn of every example is an exact request/response pair of the endpoint log, and every
+earlier assistant turn is the teacher's real reply. The one difference from what the teacher saw: an
+earlier turn was generated while up to `keep_observations` more recent observations were still shown in
+full, which this final view shows elided (and a reply that needed a format re-ask was generated after
+the rejected reply and the format-error prompt, which the history drops, as MLGym does). One example per
+turn would be exact for every turn but costs O(turns^2) tokens; the paper trains on whole trajectories.
+`requests_of` rebuilds every request a trajectory sent, which the tests compare with the endpoint's log.
+
+Filters, in order; a rejected trajectory is counted under the first it fails:
+0. `flagged`: a suspicious-action flag (gymforge.agent.audit: answers or evaluation paths touched, a
+   symlink out of the workspace, /proc of another process, a stdlib-named module written), when
+   `filter.exclude_flagged` (the default); every flag is counted in `stats["audit"]` either way;
+1. `no_successful_submission`: no score entry with a valid (finite, numeric) metric, from `validate`,
+   `submit` or an auto-submission alike (SPEC 3.6);
+2. `no_assistant_turn`: nothing to learn from (every reply was malformed);
+3. `too_long`: more than `filter.max_tokens` tokens in the student's tokenizer, chat template applied
+   (exactly `max_tokens` is kept);
+4. `duplicate`: the same messages as an earlier kept trajectory (exact match);
+5. `over_task_cap`: beyond `filter.max_per_task` kept trajectories of the task (first in rollout order).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import shutil
+import statistics
+import tempfile
+from collections import Counter, defaultdict
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Iterable, Iterator
+
+from pydantic import BaseModel, Field
+
+from gymforge.core import atomic
+from gymforge.agent.loop import AgentConfig, build_messages
+from gymforge.agent.trajectory import Trajectory
+from gymforge.core.config import GymforgeConfig
+from gymforge.core.prompts import render
+
+KEEP_OBSERVATIONS = AgentConfig().keep_observations
+REASONS = ("flagged", "no_successful_submission", "no_assistant_turn", "too_long", "duplicate", "over_task_cap")
+SUCCESS_RULE = "at least one score entry (validate, submit or auto-submission) with a finite numeric metric"
+
+
+# ---- per trajectory ---------------------------------------------------------------------------------
+
+
+def valid_score(entry: dict[str, Any]) -> bool:
+    return any(isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) for v in entry.values())
+
+
+def is_successful(traj: Trajectory) -> bool:
+    """At least one successful submission: a score entry with a valid metric."""
+    return any(valid_score(entry) for entry in traj.info.score)
+
+
+def _chat(messages: Iterable[dict[str, Any]]) -> list[dict[str, str]]:
+    return [{"role": m["role"], "content": m["content"]} for m in messages]
+
+
+def sft_messages(traj: Trajectory, keep: int = KEEP_OBSERVATIONS) -> list[dict[str, str]] | None:
+    """The example of a trajectory: its final request as the model was sent it, plus the final reply."""
+    history = traj.history
+    last = max((i for i, m in enumerate(history) if m["role"] == "assistant"), default=None)
+    if last is None:
+        return None
+    return _chat(build_messages(history[: last + 1], keep))
+
+
+def requests_of(traj: Trajectory, keep: int = KEEP_OBSERVATIONS) -> list[list[dict[str, str]]]:
+    """Every request the agent loop sent for this trajectory, rebuilt from the file, in order.
+
+    A turn's first request is `build_messages` of the history before its reply; each rejected reply
+    (`format_errors`) was followed by a re-ask carrying it and the format-error prompt. Requests that
+    failed at the endpoint left no trace and are not rebuilt.
+    """
+    history = traj.history
+    assistant = iter(i for i, m in enumerate(history) if m["role"] == "assistant")
+    requests: list[list[dict[str, str]]] = []
+    for step in traj.trajectory:
+        model_turn = not (step.action.startswith("exit_") and step.thought.startswith("Exit due to"))
+        position = next(assistant) if model_turn else len(history)
+        if not model_turn and not step.format_errors:
+            continue  # an auto-submission decided before asking the model
+        base = _chat(build_messages(history[:position], keep))
+        convos = [base]
+        for rejected in step.format_errors:
+            convos.append([*base, {"role": "assistant", "content": rejected["response"]},
+                           {"role": "user", "content": render("agent_format_error", error=rejected["error"]).rstrip()}])
+        if not model_turn:
+            convos.pop()  # the re-ask after the last rejection was never sent: the run ended instead
+        requests.extend(convos)
+    return requests
+
+
+def messages_hash(messages: list[dict[str, str]]) -> str:
+    return hashlib.sha256(json.dumps(messages, sort_keys=True, ensure_ascii=False).encode()).hexdigest()
+
+
+class Example(BaseModel):
+    """One line of `train.jsonl` / one row of the dataset."""
+
+    id: str = Field(description="<slot>-r<rollout>; imported: the source's relative path")
+    messages: list[dict[str, str]]
+    slot: str
+    task: str
+    rollout: int
+    seed: int | None = Field(description="The rollout's seed; null when the source does not record one (MLGym).")
+    teacher: str = Field(description="The model that wrote the replies.")
+    exit_status: str
+    metric: str | None = Field(description="The task's priority metric (first baseline metric).")
+    score: float | None = Field(description="Value of `metric` in the last score entry (the final submission).")
+    scores: str = Field(description="JSON list of every score entry, in order.")
+    tokens: int = Field(description="Student-tokenizer tokens of `messages`, chat template applied.")
+    turns: int = Field(description="Assistant turns in `messages`.")
+    source: str = Field(description="JSON object: where the trajectory came from (`origin`: `rollouts` or the "
+                        "`sft.extra_sources` entry / import directory; `format`: gymforge-shard, gymforge-traj or "
+                        "mlgym; `path` relative to it; for MLGym runs the run folder's model and history processor).")
+
+
+class RolloutSummary(BaseModel):
+    """One line of `rollouts.jsonl`: every rollout, kept or not, and why."""
+
+    id: str
+    slot: str
+    task: str
+    rollout: int
+    seed: int | None
+    exit_status: str
+    steps: int
+    turns: int
+    tokens: int | None
+    successful: bool
+    kept: bool
+    reason: str | None = None
+    score: float | None = None
+    flags: list[str] = Field(default_factory=list, description="Codes of the audit's flags, sorted, once each.")
+    source: str = Field("rollouts", description="`rollouts`, or the extra source / import directory it came from.")
+
+
+def _features() -> Any:
+    from datasets import Features, Value
+
+    string = Value("string")
+    return Features({
+        "id": string, "messages": [{"role": string, "content": string}], "slot": string, "task": string,
+        "rollout": Value("int32"), "seed": Value("int64"), "teacher": string, "exit_status": string,
+        "metric": string, "score": Value("float64"), "scores": string, "tokens": Value("int32"),
+        "turns": Value("int32"), "source": string,
+    })
+
+
+# ---- the whole stage --------------------------------------------------------------------------------
+
+
+def config_hash(cfg: GymforgeConfig) -> str:
+    """Hash of every setting that shapes the SFT data (the dataset card's provenance stamp)."""
+    return cfg.digest("seed", "teacher", "datasets", "proposals", "generation", "sandbox", "verification",
+                      "trajectories", "filter", "student", *(["sft"] if cfg.sft.extra_sources else []))
+
+
+def _rollouts(shard_files: Iterable[Path]) -> Iterator[tuple[Any, Any]]:
+    """(shard, rollout) pairs in (slot, shard, rollout index) order, one shard in memory at a time."""
+    from gymforge.stages.rollouts import ShardRecord
+
+    for path in sorted(Path(p) for p in shard_files):
+        shard = ShardRecord.model_validate_json(path.read_text())
+        for rec in sorted(shard.rollouts, key=lambda r: r.rollout):
+            yield shard, rec
+
+
+def _summary(values: list[int]) -> dict[str, float]:
+    if not values:
+        return {"n": 0}
+    ordered = sorted(values)
+    return {"n": len(values), "min": ordered[0], "median": statistics.median(ordered),
+            "mean": round(statistics.fmean(ordered), 2), "p90": ordered[min(len(ordered) - 1, int(0.9 * len(ordered)))],
+            "max": ordered[-1], "total": sum(ordered)}
+
+
+def _priority(rec: Any) -> str | None:
+    if rec.baseline:
+        return next(iter(rec.baseline))
+    scores = rec.trajectory.info.score
+    return next(iter(scores[-1]), None) if scores else None
+
+
+@dataclass
+class Candidate:
+    """One trajectory offered to the filters, whatever it came from (a rollout shard, an imported run)."""
+
+    id: str
+    slot: str  # what the per-task cap and `per_task` statistics group by
+    task: str
+    rollout: int
+    seed: int | None
+    teacher: str  # the model that wrote the replies
+    exit_status: str
+    steps: int
+    messages: list[dict[str, str]] | None  # the example (None: no assistant turn)
+    scores: list[dict[str, Any]]
+    flags: list[str]  # audit flag codes, sorted, once each
+    metric: str | None  # the priority metric
+    source: dict[str, Any] = field(default_factory=dict)  # where it came from (`origin`, `format`, `path`, ...)
+
+    @property
+    def successful(self) -> bool:
+        return any(valid_score(entry) for entry in self.scores)
+
+
+def rollout_candidate(rec: Any, *, ident: str | None = None, source: dict[str, Any] | None = None) -> Candidate:
+    """The candidate of one `RolloutRecord` of a shard."""
+    traj = rec.trajectory
+    return Candidate(id=ident or f"{rec.slot}-r{rec.rollout:05d}", slot=rec.slot, task=rec.task_id,
+                     rollout=rec.rollout, seed=rec.seed, teacher=rec.teacher.model,
+                     exit_status=traj.info.exit_status or "unknown", steps=len(traj.trajectory),
+                     messages=sft_messages(traj), scores=list(traj.info.score),
+                     flags=sorted({f.code for f in traj.info.flags}), metric=_priority(rec),
+                     source=source or {"origin": "rollouts", "format": "gymforge-shard"})
+
+
+def shard_candidates(shard_files: Iterable[Path]) -> Iterator[Candidate]:
+    for _shard, rec in _rollouts(shard_files):
+        yield rollout_candidate(rec)
+
+
+def build_sft(cfg: GymforgeConfig, shard_files: Iterable[Path], tokenizer_dir: Path, *, jsonl_out: Path,
+              dataset_out: Path, rollouts_out: Path, stats_out: Path,
+              extra_sources: Iterable[str | Path] = ()) -> dict[str, Any]:
+    """Filter every rollout of `shard_files`, then every trajectory of `extra_sources` (`sft.extra_sources`:
+    MLGym run folders or gymforge shards, read by `gymforge.tools.import_trajectories`), write the examples (JSONL +
+    `datasets` on disk), the per-rollout summary and the statistics; returns the statistics."""
+    from gymforge.tools.import_trajectories import import_candidates
+
+    def candidates() -> Iterator[Candidate]:
+        yield from shard_candidates(shard_files)
+        for source in extra_sources:
+            yield from import_candidates(Path(source), origin=str(source))
+
+    return filter_examples(cfg, candidates(), tokenizer_dir, jsonl_out=jsonl_out, dataset_out=dataset_out,
+                           rollouts_out=rollouts_out, stats_out=stats_out)
+
+
+def filter_examples(cfg: GymforgeConfig, candidates: Iterable[Candidate], tokenizer_dir: Path, *, jsonl_out: Path,
+                    dataset_out: Path, rollouts_out: Path, stats_out: Path) -> dict[str, Any]:
+    """The filters (module docstring) over `candidates`, in order; writes the kept examples (JSONL + `datasets`
+    on disk), one summary line per candidate and the statistics (counts per reason, per task and per source)."""
+    from gymforge.student.tokenizer import count_chat_tokens, load_tokenizer
+
+    tokenizer = load_tokenizer(tokenizer_dir)
+    seen: set[str] = set()
+    per_task_kept: Counter[str] = Counter()
+    tasks: dict[str, dict[str, Any]] = {}
+    sources: dict[str, dict[str, Any]] = {}
+    exits: dict[str, Counter[str]] = defaultdict(Counter)
+    teachers: Counter[str] = Counter()
+    reasons: Counter[str] = Counter()
+    tokens_all: list[int] = []
+    tokens_kept: list[int] = []
+    turns_all: list[int] = []
+    turns_kept: list[int] = []
+    cap = cfg.filter.max_per_task
+    flag_codes: Counter[str] = Counter()  # rollouts per flag code
+    flagged: list[str] = []  # ids of flagged rollouts
+
+    Path(jsonl_out).parent.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(dir=Path(jsonl_out).parent, prefix=".sft-") as tmp:
+        examples_tmp, summary_tmp = Path(tmp) / "train.jsonl", Path(tmp) / "rollouts.jsonl"
+        with examples_tmp.open("w") as examples, summary_tmp.open("w") as summaries:
+            for c in candidates:
+                task = tasks.setdefault(c.slot, {"task_id": c.task, "rollouts": 0, "kept": 0, "discarded": Counter()})
+                origin = str(c.source.get("origin", "rollouts"))
+                src = sources.setdefault(origin, {"rollouts": 0, "kept": 0, "discarded": Counter()})
+                task["rollouts"] += 1
+                src["rollouts"] += 1
+                messages = c.messages
+                turns = sum(m["role"] == "assistant" for m in messages or [])
+                tokens = count_chat_tokens(tokenizer, messages) if messages else None
+                teachers[c.teacher] += 1
+                reason = None
+                flag_codes.update(c.flags)
+                if c.flags:
+                    flagged.append(c.id)
+                if c.flags and cfg.filter.exclude_flagged:
+                    reason = "flagged"
+                elif not c.successful:
+                    reason = "no_successful_submission"
+                elif messages is None:
+                    reason = "no_assistant_turn"
+                elif tokens is not None and tokens > cfg.filter.max_tokens:
+                    reason = "too_long"
+                else:
+                    digest = messages_hash(messages)
+                    if digest in seen:
+                        reason = "duplicate"
+                    elif cap is not None and per_task_kept[c.slot] >= cap:
+                        reason = "over_task_cap"
+                    else:
+                        seen.add(digest)
+                        per_task_kept[c.slot] += 1
+                last = c.scores[-1] if c.scores else {}
+                score = last.get(c.metric) if c.metric else None
+                score = float(score) if valid_score({"v": score}) else None
+                exits[c.exit_status]["total"] += 1
+                if messages:
+                    tokens_all.append(tokens or 0)
+                    turns_all.append(turns)
+                if reason is None:
+                    exits[c.exit_status]["kept"] += 1
+                    task["kept"] += 1
+                    src["kept"] += 1
+                    tokens_kept.append(tokens or 0)
+                    turns_kept.append(turns)
+                    example = Example(id=c.id, messages=messages or [], slot=c.slot, task=c.task, rollout=c.rollout,
+                                      seed=c.seed, teacher=c.teacher, exit_status=c.exit_status, metric=c.metric,
+                                      score=score, scores=json.dumps(c.scores), tokens=tokens or 0, turns=turns,
+                                      source=json.dumps(c.source, sort_keys=True))
+                    examples.write(example.model_dump_json() + "\n")
+                else:
+                    reasons[reason] += 1
+                    task["discarded"][reason] += 1
+                    src["discarded"][reason] += 1
+                summaries.write(RolloutSummary(
+                    id=c.id, slot=c.slot, task=c.task, rollout=c.rollout, seed=c.seed, exit_status=c.exit_status,
+                    steps=c.steps, turns=turns, tokens=tokens, successful=c.successful, kept=reason is None,
+                    reason=reason, score=score, flags=c.flags, source=origin).model_dump_json() + "\n")
+        planned = sum(t["rollouts"] for t in tasks.values())
+        _write_dataset(examples_tmp, dataset_out)
+        atomic.write_bytes(jsonl_out, examples_tmp.read_bytes())
+        atomic.write_bytes(rollouts_out, summary_tmp.read_bytes())
+
+    kept = sum(t["kept"] for t in tasks.values())
+    stats = {
+        "config_hash": config_hash(cfg),
+        "teacher": dict(teachers),
+        "student": cfg.train.student,
+        "tokenizer": str(tokenizer_dir),
+        "filters": {"success": SUCCESS_RULE, "max_tokens": cfg.filter.max_tokens,
+                    "max_per_task": cfg.filter.max_per_task, "dedup": "exact match of the example messages",
+                    "exclude_flagged": cfg.filter.exclude_flagged,
+                    "order": list(REASONS)},
+        "example": "one per kept trajectory: the final request as sent (build_messages, keep="
+                   f"{KEEP_OBSERVATIONS} observations) plus the final reply",
+        "per_task_planned": cfg.trajectories.per_task,
+        "rollouts": planned,
+        "kept": kept,
+        "discarded": {r: reasons[r] for r in REASONS if reasons[r]},
+        "sources": {o: {"rollouts": s["rollouts"], "kept": s["kept"],
+                        "discarded": {r: s["discarded"][r] for r in REASONS if s["discarded"][r]}}
+                    for o, s in sources.items()},
+        "tasks": len(tasks),
+        "tasks_with_kept": sum(1 for t in tasks.values() if t["kept"]),
+        "exit_status": {k: dict(v) for k, v in sorted(exits.items())},
+        "per_task": {slot: {"task_id": t["task_id"], "rollouts": t["rollouts"], "kept": t["kept"],
+                            "discarded": dict(sorted(t["discarded"].items()))} for slot, t in sorted(tasks.items())},
+        "audit": {"flagged_rollouts": len(flagged), "excluded": cfg.filter.exclude_flagged,
+                  "by_code": dict(sorted(flag_codes.items())), "rollouts": flagged},
+        "tokens": {"all": _summary(tokens_all), "kept": _summary(tokens_kept)},
+        "turns": {"all": _summary(turns_all), "kept": _summary(turns_kept)},
+    }
+    atomic.write_json(stats_out, stats)
+    return stats
+
+
+def _write_dataset(jsonl: Path, out: Path) -> None:
+    import datasets
+
+    from gymforge.hub.data import quiet_datasets
+
+    features = _features()
+    with tempfile.TemporaryDirectory() as cache, quiet_datasets():
+        if jsonl.stat().st_size:
+            ds = datasets.Dataset.from_json(str(jsonl), features=features, cache_dir=cache)
+        else:
+            ds = datasets.Dataset.from_dict({k: [] for k in features}, features=features)
+        with atomic.directory(out) as tmp:
+            ds.save_to_disk(str(tmp))
+
+
+# ---- export -----------------------------------------------------------------------------------------
+
+
+def export_sft(results: Path, out: Path) -> Path:
+    """A folder ready for `datasets.load_dataset(out)` and `push_to_hub`: parquet data, a dataset card, stats.
+
+    The split comes from the file name (`data/train-00000-of-00001.parquet`, the hub's convention), not from a
+    `configs:` block in the card: with one, `datasets` caches a local folder by its name alone, so a second
+    export to a folder of the same name would load the first one's rows.
+    """
+    import datasets
+
+    from gymforge.hub.data import quiet_datasets
+
+    results = Path(results)
+    sft = results / "sft"
+    stats_path = sft / "stats.json"
+    if not stats_path.exists():
+        raise FileNotFoundError(f"{stats_path} does not exist: build the SFT data first (snakemake trajectories)")
+    stats = json.loads(stats_path.read_text())
+    with quiet_datasets():
+        ds = datasets.load_from_disk(str(sft / "dataset"))
+    out = Path(out)
+    with atomic.directory(out) as tmp:
+        (tmp / "data").mkdir()
+        with quiet_datasets():
+            ds.to_parquet(str(tmp / "data" / "train-00000-of-00001.parquet"))
+        shutil.copyfile(stats_path, tmp / "stats.json")
+        if (sft / "plots").is_dir():
+            shutil.copytree(sft / "plots", tmp / "plots")
+        (tmp / "README.md").write_text(dataset_card(stats, _datasets_of(results, stats), len(ds)))
+    return out
+
+
+def _datasets_of(results: Path, stats: dict[str, Any]) -> dict[str, str | None]:
+    """slot -> the source dataset id of its task (from the proposal), for the card's license note."""
+    found: dict[str, str | None] = {}
+    for slot in stats.get("per_task", {}):
+        path = results / "proposals" / f"{slot}.json"
+        dataset = None
+        if path.exists():
+            dataset = (json.loads(path.read_text()).get("dataset") or {}).get("id")
+        found[slot] = dataset
+    return found
+
+
+def _audit_line(stats: dict[str, Any]) -> str:
+    audit = stats.get("audit") or {}
+    n = audit.get("flagged_rollouts", 0)
+    codes = ", ".join(f"{c} {k}" for c, k in audit.get("by_code", {}).items()) or "no flags"
+    return f"{n} rollouts flagged ({codes}), {'excluded' if audit.get('excluded', True) else 'kept'}"
+
+
+def dataset_card(stats: dict[str, Any], sources: dict[str, str | None], rows: int) -> str:
+    teachers = ", ".join(f"`{m}`" for m in stats["teacher"]) or "none"
+    filters = stats["filters"]
+    discarded = "\n".join(f"| {r} | {n} |" for r, n in stats["discarded"].items()) or "| (none) | 0 |"
+    per_task = "\n".join(
+        f"| {slot} | {t['task_id']} | {sources.get(slot) or '(no dataset)'} | {t['rollouts']} | {t['kept']} |"
+        for slot, t in stats["per_task"].items())
+    datasets_used = sorted({d for d in sources.values() if d})
+    tokens = stats["tokens"]["kept"]
+    turns = stats["turns"]["kept"]
+    return f"""---
+license: other
+license_name: mixed-see-card
+pretty_name: gymforge SFT trajectories
+task_categories:
+- text-generation
+tags:
+- agents
+- mlgym
+- synthetic
+- sft
+size_categories:
+- {_size_category(rows)}
+---
+
+# gymforge SFT trajectories
+
+Teacher-agent trajectories on synthetic, verified MLGym-format machine-learning tasks, filtered for
+supervised fine-tuning of a research agent. Generated by gymforge (config hash `{stats['config_hash']}`).
+
+## Counts
+
+- rollouts: {stats['rollouts']} over {stats['tasks']} tasks ({stats['per_task_planned']} planned per task)
+- kept (rows): {stats['kept']} from {stats['tasks_with_kept']} tasks
+- tokens per kept example: median {tokens.get('median', 0)}, max {tokens.get('max', 0)}, total {tokens.get('total', 0)}
+- assistant turns per kept example: median {turns.get('median', 0)}, max {turns.get('max', 0)}
+
+| discarded because | rollouts |
+|---|---|
+{discarded}
+
+| slot | task | source dataset | rollouts | kept |
+|---|---|---|---|---|
+{per_task}
+
+## Filters
+
+0. suspicious actions (gymforge's audit): {_audit_line(stats)};
+1. success: {filters['success']};
+2. at least one assistant turn;
+3. length: at most {filters['max_tokens']} tokens in the student's tokenizer (`{stats['student']}`), chat template applied;
+4. exact duplicates removed;
+5. per-task cap: {filters['max_per_task'] if filters['max_per_task'] is not None else 'none'}.
+
+## Format
+
+`messages` is a chat (`system`, `user`, `assistant` turns): exactly the teacher's final request as the
+agent loop sent it (the same prompt templates as at evaluation time; all but the last
+{KEEP_OBSERVATIONS} observations elided as "Old output omitted (N lines)") followed by its final reply.
+Every assistant turn is a real teacher reply; earlier ones were generated while a few more recent
+observations were shown in full. Metadata columns: `slot`, `task`, `rollout`, `seed`, `teacher`,
+`exit_status`, `metric`, `score` (last score entry), `scores` (JSON list of every score entry),
+`tokens`, `turns`. Train with the loss on assistant tokens only.
+
+## Teacher
+
+{teachers}
+
+## License
+
+The rows are outputs of the teacher model(s) above: check that provider's terms before training on
+them. The tasks were synthesized from public datasets, each under its own license, which also binds
+derived code and observations in the trajectories: {', '.join(f'`{d}`' for d in datasets_used) or 'none'}.
+The gymforge code that produced the data is Apache-2.0.
+
+## Use
+
+```python
+from datasets import load_dataset
+
+ds = load_dataset("path/to/this/folder", split="train")
+ds.push_to_hub("<user>/<name>")  # or: huggingface-cli upload <user>/<name> path/to/this/folder --repo-type dataset
+```
+"""
+
+
+def _size_category(rows: int) -> str:
+    for limit, label in ((1_000, "n<1K"), (10_000, "1K<n<10K"), (100_000, "10K<n<100K"), (1_000_000, "100K<n<1M")):
+        if rows < limit:
+            return label
+    return "n>1M"
+
+
+# ---- the steps (rules student_tokenizer, sft_dataset, sft_plots) --------------------------------------
+
+
+def student_tokenizer(cfg: GymforgeConfig, templates: Path, envs: list[Path], out: Path) -> str:
+    """The student's tokenizer: the hub's for a real student, offline one trained on templates and task texts."""
+    from gymforge.student.tokenizer import build_tokenizer, load_tokenizer
+
+    built = build_tokenizer(cfg.train.student, Path(out), Path(templates), [Path(e) for e in envs])
+    return f"{built}: {len(load_tokenizer(built))} tokens ({cfg.train.student})"
+
+
+def sft_dataset(cfg: GymforgeConfig, shards: list[Path], tokenizer: Path, jsonl_out: Path, dataset_out: Path,
+                rollouts_out: Path, stats_out: Path) -> str:
+    """Filter the shards' rollouts (and `sft.extra_sources`) into the SFT dataset and its stats."""
+    stats = build_sft(cfg, shards, tokenizer, jsonl_out=jsonl_out, dataset_out=dataset_out,
+                      rollouts_out=rollouts_out, stats_out=stats_out, extra_sources=cfg.sft.extra_sources)
+    return (f"kept {stats['kept']} of {stats['rollouts']} trajectories from {stats['tasks']} tasks; "
+            f"discarded {stats['discarded']}")
+
+
+def sft_plots(stats: Path, rollouts: Path, kept_out: Path, stats_out: Path) -> list[Path]:
+    """The trajectory stage's figures: kept trajectories per task and trajectory statistics."""
+    from gymforge.report.sft_plots import plot_sft
+
+    return plot_sft(Path(stats), Path(rollouts), Path(kept_out), Path(stats_out))

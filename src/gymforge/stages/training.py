@@ -1,0 +1,556 @@
+"""Stage 3.7: supervised fine-tuning of the student on the SFT dataset with TRL.
+
+`train(cfg, dataset_dir, base, tokenizer_dir, out)` runs `trl.SFTTrainer` on the chat-format dataset
+(`results/sft/dataset`, its `messages` column) and writes one checkpoint folder
+(`results/checkpoints/<train.name>/`):
+
+    config.json, model.safetensors, generation_config.json   the trained (LoRA: merged) model, no peft needed
+    tokenizer files + chat_template.jinja                     the student's tokenizer and inference template
+    metrics.jsonl                                             one line per logged optimizer step
+    loss.png                                                  the loss curve
+    train_report.json                                         a `TrainReport`
+
+Contracts:
+
+- Loss on assistant tokens only (`assistant_only_loss=True`): TRL builds the mask from the chat
+  template's `{% generation %}` markers. The offline tokenizer's template has them. Production Qwen3
+  templates do not: TRL 1.16 then swaps in its own training variant of the known template for
+  tokenizing (`trl.chat_template_utils.get_training_chat_template`: qwen3, qwen3_instruct_2507, qwen2_5,
+  llama3, ...; for Qwen3 it renders every assistant turn as `<think>\\n...\\n</think>\\n\\n` + content, the
+  end-of-turn token included in the mask). `check_chat_template` runs that lookup before any model is
+  loaded, so an unsupported template fails at once with the student named. The checkpoint keeps the
+  tokenizer's original (inference) template.
+- Truncation: every tokenized example is cut to `train.max_length` tokens keeping its start (TRL's
+  `keep_start`: the system prompt and the task stay; the tail of an over-long trajectory is lost). An
+  example whose assistant tokens all fall beyond the cut has no loss and is dropped by TRL;
+  `TrainReport.examples_trained` counts what remained, `truncated` how many were cut (from the dataset's
+  `tokens` column).
+- Precision: `auto` is bf16 on a CUDA GPU that supports it, else fp32. bf16 loads the weights in
+  bfloat16 and trains with bf16 autocast (TRL's recipe for Qwen3); fp16 keeps fp32 weights and uses fp16
+  autocast with loss scaling (fp16 weights cannot be unscaled); fp32 is plain float32. fp16 needs a GPU.
+- Seed: `train.seed`, else the run seed (model init of LoRA adapters, data order, dropout).
+- Atomic output: training writes into the hidden sibling `.<name>.tmp` and renames it to `out` only after
+  everything is written; TRL's own checkpoints are disabled (`save_strategy="no"`). A killed or failed job
+  leaves at most that hidden folder, which the next run removes.
+- Multi-GPU (`train.gpus > 1`): `launch_command` wraps the same CLI in `accelerate launch` with
+  `gymforge/core/accelerate/<strategy>.yaml` (ddp, fsdp: FSDP2 full shard wrapping `Qwen3DecoderLayer`,
+  deepspeed: ZeRO-3). Every rank runs `train`; only the main process writes files. LoRA adapters are
+  gathered, then merged into the base by the main process in a clean subprocess (no distributed state).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import math
+import os
+import resource
+import shutil
+import subprocess
+import sys
+import time
+import warnings
+from importlib.resources import files
+from pathlib import Path
+from typing import Any, Iterable, Iterator, Sequence
+
+from pydantic import BaseModel, Field
+
+from gymforge.core import atomic
+from gymforge.core.config import GymforgeConfig
+from gymforge.student.base import train_seed
+
+log = logging.getLogger("gymforge.stages.training")
+
+ACCELERATE_CONFIGS = Path(str(files("gymforge.core") / "accelerate"))  # shipped in the package
+STRATEGY_FILES = {"ddp": "ddp.yaml", "fsdp": "fsdp.yaml", "deepspeed": "deepspeed.yaml"}
+REPORT = "train_report.json"
+METRICS = "metrics.jsonl"
+LOSS_PLOT = "loss.png"
+ADAPTER_DIR = "_adapter"  # inside the temp folder; removed before the rename
+
+
+class TrainingError(RuntimeError):
+    """Training cannot start or finish; the message says why and what to change."""
+
+
+class TrainReport(BaseModel):
+    """`train_report.json`: what was trained, how long it took and what it cost."""
+
+    student: str = Field(description="train.student")
+    base: str = Field(description="The model training started from (folder or hub id).")
+    examples: int = Field(description="Rows of the SFT dataset.")
+    examples_trained: int = Field(description="Rows left after tokenization (rows with no assistant token in "
+                                  "max_length are dropped).")
+    truncated: int | None = Field(description="Rows longer than max_length (cut to it); null when the dataset "
+                                  "has no `tokens` column.")
+    max_length: int
+    steps: int = Field(description="Optimizer steps.")
+    epochs: float
+    first_loss: float | None
+    final_loss: float | None
+    mean_loss: float | None = Field(description="Trainer's average training loss over the whole run.")
+    wall_s: float = Field(description="Seconds of the training loop (model loading and saving excluded).")
+    total_s: float = Field(description="Seconds from start to the finished checkpoint.")
+    train_tokens: int = Field(description="Tokens (prompt and completion, padding excluded) fed to the model, "
+                              "all processes together.")
+    tokens_per_s: float
+    peak_memory_mb: float
+    peak_memory_kind: str = Field(description="`cuda_max_allocated` (main process's GPU) or `max_rss` (process).")
+    device: str
+    world_size: int
+    precision: str = Field(description="Resolved precision: bf16, fp16 or fp32.")
+    lora: bool
+    seed: int
+    chat_template: str = Field(description="`tokenizer` (its own generation markers) or `trl-training` "
+                               "(TRL's training variant of the tokenizer's template).")
+    config: dict[str, Any] = Field(description="The `train` section used.")
+    versions: dict[str, str]
+
+
+# ---- settings ---------------------------------------------------------------------------------------
+
+
+def resolve_precision(precision: str) -> str:
+    import torch
+
+    cuda = torch.cuda.is_available()
+    if precision == "auto":
+        return "bf16" if cuda and torch.cuda.is_bf16_supported() else "fp32"
+    if precision == "fp16" and not cuda:
+        raise TrainingError("train.precision is 'fp16' but no CUDA GPU is available; use 'auto', 'fp32' or 'bf16'")
+    return precision
+
+
+def check_chat_template(tokenizer: Any, student: str) -> str:
+    """Which template gives the assistant mask: `tokenizer` or `trl-training`; a clear error when neither."""
+    from trl.chat_template_utils import get_training_chat_template, has_generation_markers
+
+    template = tokenizer.chat_template
+    if not template:
+        raise TrainingError(f"the tokenizer of {student!r} has no chat template: the chat-format SFT data cannot "
+                            "be rendered")
+    if has_generation_markers(template):
+        return "tokenizer"
+    try:
+        get_training_chat_template(tokenizer)
+    except ValueError as err:
+        raise TrainingError(
+            f"assistant-only loss needs {{% generation %}} markers in the chat template of {student!r}, and TRL has "
+            f"no training variant of it ({err}). Add the markers around the assistant turns of the template "
+            "(chat_template.jinja in results/student/tokenizer) and rerun.") from None
+    return "trl-training"
+
+
+def lora_config(cfg: GymforgeConfig) -> Any:
+    from peft import LoraConfig
+
+    lora = cfg.train.lora
+    return LoraConfig(r=lora.r, lora_alpha=lora.alpha, lora_dropout=lora.dropout,
+                      target_modules=lora.target_modules, task_type="CAUSAL_LM", bias="none")
+
+
+def sft_config(cfg: GymforgeConfig, output_dir: Path, precision: str) -> Any:
+    from trl import SFTConfig
+
+    t = cfg.train
+    seed = train_seed(cfg)
+    dtype = {"bf16": "bfloat16", "fp16": "float32", "fp32": "float32"}[precision]
+    with warnings.catch_warnings():
+        # transformers 5.2x renames gradient_checkpointing (activation_checkpointing); TRL still sets the old name
+        warnings.filterwarnings("ignore", message=".*gradient_checkpointing.*deprecated", category=FutureWarning)
+        return _sft_config(SFTConfig, t, output_dir, precision, dtype, seed)
+
+
+def _sft_config(SFTConfig: Any, t: Any, output_dir: Path, precision: str, dtype: str, seed: int) -> Any:
+    return SFTConfig(
+        output_dir=str(output_dir),
+        # data
+        assistant_only_loss=True,
+        max_length=t.max_length,
+        truncation_mode="keep_start",
+        packing=False,
+        dataset_num_proc=None,
+        # optimisation
+        learning_rate=t.learning_rate,
+        num_train_epochs=t.epochs,
+        per_device_train_batch_size=t.batch_size,
+        gradient_accumulation_steps=t.gradient_accumulation,
+        warmup_steps=t.warmup_ratio,  # a float in [0, 1) is a ratio of the total steps (transformers 5)
+        lr_scheduler_type=t.scheduler,
+        weight_decay=t.weight_decay,
+        bf16=precision == "bf16",
+        fp16=precision == "fp16",
+        gradient_checkpointing=t.gradient_checkpointing,
+        seed=seed,
+        data_seed=seed,
+        model_init_kwargs={"dtype": dtype, "device_map": None},
+        # logging and saving: our callbacks write metrics.jsonl and the progress lines
+        logging_strategy="steps",
+        logging_steps=t.logging_steps,
+        logging_first_step=True,
+        report_to="none",
+        disable_tqdm=True,
+        save_strategy="no",
+        eval_strategy="no",
+        dataloader_num_workers=0,
+        dataloader_pin_memory=_cuda(),
+        use_cpu=not _cuda(),  # also makes several CPU processes (torchrun, tests) one gloo process group
+    )
+
+
+def _cuda() -> bool:
+    import torch
+
+    return torch.cuda.is_available()
+
+
+# ---- callbacks --------------------------------------------------------------------------------------
+
+
+def _fmt_s(seconds: float) -> str:
+    seconds = int(max(0, seconds))
+    h, rem = divmod(seconds, 3600)
+    m, s = divmod(rem, 60)
+    return f"{h}h{m:02d}m" if h else f"{m}m{s:02d}s" if m else f"{s}s"
+
+
+def _callbacks() -> tuple[type, type]:
+    from transformers import TrainerCallback
+
+    class MetricsCallback(TrainerCallback):
+        """Appends every logged step to `metrics.jsonl` (main process) and keeps the rows."""
+
+        def __init__(self, path: Path | None) -> None:
+            self.path = path
+            self.rows: list[dict[str, Any]] = []
+            self.start = time.monotonic()
+
+        def on_log(self, args, state, control, logs=None, **kwargs):
+            if not logs or "loss" not in logs:
+                return
+            row = {
+                "step": state.global_step,
+                "epoch": round(float(logs.get("epoch", state.epoch or 0.0)), 4),
+                "loss": float(logs["loss"]),
+                "learning_rate": float(logs["learning_rate"]) if "learning_rate" in logs else None,
+                "grad_norm": float(logs["grad_norm"]) if logs.get("grad_norm") is not None else None,
+                "tokens": int(logs["num_tokens"]) if "num_tokens" in logs else None,
+                "mean_token_accuracy": logs.get("mean_token_accuracy"),
+                "elapsed_s": round(time.monotonic() - self.start, 3),
+            }
+            self.rows.append(row)
+            if self.path is not None and state.is_world_process_zero:
+                with self.path.open("a") as fh:
+                    fh.write(json.dumps(row) + "\n")
+
+    class ProgressCallback(TrainerCallback):
+        """`step k/N (p%) loss .. lr .. | elapsed, ETA` lines: at most every 5% or 30 s, plus first and last."""
+
+        def __init__(self) -> None:
+            self.start = time.monotonic()
+            self.last_print = 0.0
+            self.last_pct = -100.0
+            self.loss: float | None = None
+
+        def on_train_begin(self, args, state, control, **kwargs):
+            self.start = time.monotonic()
+            if state.is_world_process_zero:
+                log.info("training: %d optimizer steps, %.2f epochs", state.max_steps, args.num_train_epochs)
+
+        def on_log(self, args, state, control, logs=None, **kwargs):
+            if logs and "loss" in logs:
+                self.loss = float(logs["loss"])
+                self._maybe_print(state)
+
+        def on_step_end(self, args, state, control, **kwargs):
+            if not control.should_log:  # a logged step is printed by on_log, with its loss
+                self._maybe_print(state)
+
+        def _maybe_print(self, state) -> None:
+            if not state.is_world_process_zero:
+                return
+            step, total = state.global_step, max(1, state.max_steps)
+            now = time.monotonic()
+            pct = 100.0 * step / total
+            if not (step in (1, total) or pct - self.last_pct >= 5 or now - self.last_print >= 30):
+                return
+            self.last_print, self.last_pct = now, pct
+            elapsed = now - self.start
+            eta = elapsed / step * (total - step) if step else float("nan")
+            loss = f"{self.loss:.4f}" if self.loss is not None else "-"
+            log.info("train step %d/%d (%.0f%%) loss %s | %s elapsed, ETA %s", step, total, pct, loss,
+                     _fmt_s(elapsed), _fmt_s(eta))
+
+    return MetricsCallback, ProgressCallback
+
+
+# ---- the trainer ------------------------------------------------------------------------------------
+
+
+@contextlib.contextmanager
+def quiet_progress() -> Iterator[None]:
+    """No `datasets` or transformers (weight loading/saving) progress bars inside the block."""
+    from transformers.utils import logging as hf_logging
+
+    from gymforge.hub.data import quiet_datasets
+
+    was_enabled = hf_logging.is_progress_bar_enabled()
+    hf_logging.disable_progress_bar()
+    try:
+        with quiet_datasets():
+            yield
+    finally:
+        if was_enabled:
+            hf_logging.enable_progress_bar()
+
+
+def load_sft_dataset(dataset_dir: str | Path) -> Any:
+    import datasets
+
+    from gymforge.hub.data import quiet_datasets
+
+    empty = TrainingError(f"{dataset_dir}: the SFT dataset is empty: no trajectory was kept, nothing to train on "
+                          "(see results/sft/stats.json)")
+    state = Path(dataset_dir) / "state.json"
+    if state.is_file() and not json.loads(state.read_text()).get("_data_files", True):
+        raise empty  # `datasets` saves an empty dataset without data files and cannot load it back
+    with quiet_datasets():
+        ds = datasets.load_from_disk(str(dataset_dir))
+    if "messages" not in ds.column_names:
+        raise TrainingError(f"{dataset_dir}: the SFT dataset has no `messages` column (columns: {ds.column_names})")
+    if len(ds) == 0:
+        raise empty
+    return ds
+
+
+def build_trainer(cfg: GymforgeConfig, dataset: Any, base: str, tokenizer_dir: str | Path, work_dir: str | Path,
+                  *, callbacks: Iterable[Any] = (), args: Any = None) -> Any:
+    """An `SFTTrainer` ready to train (dataset tokenized, masked and truncated: `trainer.train_dataset`)."""
+    from transformers import PrinterCallback
+    from trl import SFTTrainer
+
+    from gymforge.student.tokenizer import load_tokenizer
+
+    tokenizer = load_tokenizer(Path(tokenizer_dir))
+    check_chat_template(tokenizer, cfg.train.student)
+    if args is None:
+        args = sft_config(cfg, Path(work_dir), resolve_precision(cfg.train.precision))
+    peft = lora_config(cfg) if cfg.train.lora.enabled else None
+    with quiet_progress():  # tokenizing/masking/truncating bars would bury the log
+        trainer = SFTTrainer(model=str(base), args=args, train_dataset=dataset.select_columns(["messages"]),
+                             processing_class=tokenizer, peft_config=peft, callbacks=list(callbacks))
+    trainer.remove_callback(PrinterCallback)  # a raw dict per step; metrics.jsonl and our progress lines replace it
+    if len(trainer.train_dataset) == 0:
+        raise TrainingError(f"none of the {len(dataset)} examples has an assistant token within train.max_length="
+                            f"{cfg.train.max_length}: the prompts alone are longer; raise train.max_length")
+    return trainer
+
+
+def merge_lora(base: str, adapter_dir: str | Path, out: str | Path, dtype: str = "float32") -> Path:
+    """Merge the LoRA adapter of `adapter_dir` into `base` and save a plain transformers model to `out`."""
+    import torch
+    from peft import PeftModel
+    from transformers import AutoModelForCausalLM
+
+    model = AutoModelForCausalLM.from_pretrained(str(base), dtype=getattr(torch, dtype), device_map=None)
+    merged = PeftModel.from_pretrained(model, str(adapter_dir)).merge_and_unload()
+    merged.save_pretrained(str(out))
+    return Path(out)
+
+
+def _clean_env() -> dict[str, str]:
+    """The environment without the launcher's distributed variables (for the merge subprocess)."""
+    drop = ("RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT", "GROUP_RANK",
+            "ROLE_RANK", "ROLE_WORLD_SIZE", "TORCHELASTIC_RUN_ID")
+    return {k: v for k, v in os.environ.items()
+            if k not in drop and not k.startswith(("ACCELERATE_", "FSDP_", "TORCHELASTIC_"))}
+
+
+def _peak_memory() -> tuple[float, str]:
+    import torch
+
+    if torch.cuda.is_available() and torch.cuda.is_initialized():
+        return torch.cuda.max_memory_allocated() / 2**20, "cuda_max_allocated"
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, "max_rss"
+
+
+def plot_loss(rows: Sequence[dict[str, Any]], out: Path, title: str) -> Path:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(7, 4))
+    steps = [r["step"] for r in rows]
+    losses = [r["loss"] for r in rows]
+    ax.plot(steps, losses, color="#1f77b4", linewidth=1.2, marker="." if len(rows) < 60 else None, label="loss")
+    if len(rows) >= 10:  # a moving average makes a noisy curve readable
+        k = max(2, len(rows) // 20)
+        smooth = [sum(losses[max(0, i - k + 1): i + 1]) / len(losses[max(0, i - k + 1): i + 1])
+                  for i in range(len(losses))]
+        ax.plot(steps, smooth, color="#d62728", linewidth=2, label=f"mean of last {k} logs")
+    ax.set_xlabel("optimizer step")
+    ax.set_ylabel("training loss (assistant tokens)")
+    ax.set_title(title)
+    ax.grid(alpha=0.3)
+    ax.legend()
+    fig.tight_layout()
+    try:
+        fig.savefig(out, dpi=120)  # inside the checkpoint's temp folder: atomic with it
+    finally:
+        plt.close(fig)
+    return out
+
+
+def _versions() -> dict[str, str]:
+    import accelerate
+    import peft
+    import torch
+    import transformers
+    import trl
+
+    return {"torch": torch.__version__, "transformers": transformers.__version__, "trl": trl.__version__,
+            "peft": peft.__version__, "accelerate": accelerate.__version__}
+
+
+def train_student(cfg: GymforgeConfig, dataset: str | Path, base: str | Path, tokenizer: str | Path,
+          out: str | Path, *, callbacks: Iterable[Any] = ()) -> TrainReport:
+    """Fine-tune `base` on the SFT dataset and write the complete checkpoint folder `out` (atomically).
+
+    `callbacks` are extra `transformers.TrainerCallback`s (tests use one to fail mid-training).
+    """
+    t0 = time.monotonic()
+    out = Path(out)
+    base = str(base)
+    tmp = out.parent / f".{out.name}.tmp"
+    args = sft_config(cfg, tmp, resolve_precision(cfg.train.precision))
+    state = args.distributed_state  # under `accelerate launch` / torchrun this has joined the process group
+    if state.is_main_process:
+        out.parent.mkdir(parents=True, exist_ok=True)
+        shutil.rmtree(tmp, ignore_errors=True)  # a killed run's leftovers
+        tmp.mkdir()
+    state.wait_for_everyone()
+    try:
+        with quiet_progress():
+            report = _train_into(cfg, dataset, base, tokenizer, tmp, args, t0, callbacks)
+        state.wait_for_everyone()
+        if state.is_main_process:
+            if out.exists():
+                shutil.rmtree(out)
+            os.replace(tmp, out)
+            log.info("%s: %d steps, loss %s -> %s, %.0f tokens/s, %s", out, report.steps, report.first_loss,
+                     report.final_loss, report.tokens_per_s, _fmt_s(report.total_s))
+        state.wait_for_everyone()
+        return report
+    except BaseException:
+        if state.is_main_process:
+            shutil.rmtree(tmp, ignore_errors=True)
+        raise
+
+
+def _train_into(cfg: GymforgeConfig, dataset_dir: str | Path, base: str, tokenizer_dir: str | Path, tmp: Path,
+                args: Any, t0: float, extra_callbacks: Iterable[Any]) -> TrainReport:
+    import torch
+
+    state = args.distributed_state
+    MetricsCallback, ProgressCallback = _callbacks()
+    dataset = load_sft_dataset(dataset_dir)
+    metrics = MetricsCallback(tmp / METRICS if state.is_main_process else None)
+    trainer = build_trainer(cfg, dataset, base, tokenizer_dir, tmp,
+                            callbacks=[metrics, ProgressCallback(), *extra_callbacks], args=args)
+    tokenizer = trainer.processing_class
+    precision = resolve_precision(cfg.train.precision)
+    if torch.cuda.is_available():
+        torch.cuda.reset_peak_memory_stats()
+    start = time.monotonic()
+    result = trainer.train()
+    wall = time.monotonic() - start
+    peak, peak_kind = _peak_memory()
+
+    lora = cfg.train.lora.enabled
+    if lora:
+        adapter = tmp / ADAPTER_DIR
+        trainer.save_model(str(adapter))  # gathers the adapter weights on every strategy
+        state.wait_for_everyone()
+        if state.is_main_process:
+            dtype = "bfloat16" if precision == "bf16" else "float32"
+            if state.num_processes > 1:
+                code = "import sys; from gymforge.stages.training import merge_lora; merge_lora(*sys.argv[1:])"
+                subprocess.run([sys.executable, "-c", code, base, str(adapter), str(tmp), dtype], check=True,
+                               env=_clean_env())
+            else:
+                merge_lora(base, adapter, tmp, dtype)
+            shutil.rmtree(adapter)
+    else:
+        trainer.save_model(str(tmp))
+    state.wait_for_everyone()
+
+    rows = metrics.rows
+    tokens = int(getattr(trainer, "_total_train_tokens", 0) or (rows[-1]["tokens"] if rows else 0) or 0)
+    lengths = dataset["tokens"] if "tokens" in dataset.column_names else None
+    mean_loss = result.training_loss
+    report = TrainReport(
+        student=cfg.train.student, base=base, examples=len(dataset), examples_trained=len(trainer.train_dataset),
+        truncated=sum(n > cfg.train.max_length for n in lengths) if lengths is not None else None,
+        max_length=cfg.train.max_length, steps=trainer.state.global_step,
+        epochs=round(float(trainer.state.epoch or 0), 4),
+        first_loss=rows[0]["loss"] if rows else None, final_loss=rows[-1]["loss"] if rows else None,
+        mean_loss=float(mean_loss) if mean_loss is not None and math.isfinite(mean_loss) else None,
+        wall_s=round(wall, 3), total_s=0.0, train_tokens=tokens, tokens_per_s=round(tokens / wall, 1) if wall else 0.0,
+        peak_memory_mb=round(peak, 1), peak_memory_kind=peak_kind, device=str(trainer.args.device),
+        world_size=state.num_processes, precision=precision, lora=lora, seed=train_seed(cfg),
+        chat_template=check_chat_template(tokenizer, cfg.train.student), config=cfg.train.model_dump(mode="json"),
+        versions=_versions(),
+    )
+    if state.is_main_process:
+        tokenizer.save_pretrained(str(tmp))
+        (tmp / "training_args.bin").unlink(missing_ok=True)  # pickled args: not needed to load or serve
+        if rows:
+            plot_loss(rows, tmp / LOSS_PLOT, f"SFT of {cfg.train.name}: loss {rows[0]['loss']:.3f} -> "
+                      f"{rows[-1]['loss']:.3f} in {report.steps} steps")
+        else:
+            (tmp / METRICS).touch()
+        report.total_s = round(time.monotonic() - t0, 3)
+        atomic.write_json(tmp / REPORT, report.model_dump(mode="json"))
+    return report
+
+
+# ---- launching --------------------------------------------------------------------------------------
+
+
+def accelerate_config(strategy: str) -> Path:
+    """The committed accelerate config of a strategy (`gymforge/core/accelerate/<strategy>.yaml`)."""
+    if strategy not in STRATEGY_FILES:
+        raise ValueError(f"train.strategy: unknown strategy {strategy!r} (one of {sorted(STRATEGY_FILES)})")
+    path = ACCELERATE_CONFIGS / STRATEGY_FILES[strategy]
+    if path.is_file():
+        return path
+    raise FileNotFoundError(f"no accelerate config for strategy {strategy!r} in {ACCELERATE_CONFIGS}")
+
+
+def _script(name: str) -> str:
+    """An executable installed next to this interpreter (the venv's), else the bare name from PATH."""
+    local = Path(sys.executable).parent / name
+    return str(local) if local.exists() else name
+
+
+def launch_command(cfg: GymforgeConfig, argv: Sequence[str]) -> list[str]:
+    """The command that runs `gymforge train-student <argv>`: plain Python for 0-1 GPU, `accelerate launch` beyond.
+
+    argv: the arguments after `train-student`, e.g. `["--config", C, "--dataset", D, "--base", B, "--tokenizer", T,
+    "--out", O]`.
+    """
+    gpus = cfg.train.gpus
+    if gpus <= 1:
+        return [sys.executable, "-m", "gymforge", "train-student", *argv]
+    return [_script("accelerate"), "launch", "--config_file", str(accelerate_config(cfg.train.strategy)),
+            "--num_processes", str(gpus), "-m", "gymforge", "train-student", *argv]
+
+
+def student_base(cfg: GymforgeConfig, tokenizer: Path, out: Path) -> Path:
+    """The offline student's base model (a tiny random-init Qwen3 with the student's tokenizer)."""
+    from gymforge.student.base import build_base
+
+    return build_base(cfg, Path(tokenizer), Path(out))

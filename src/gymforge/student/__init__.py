@@ -1,0 +1,1 @@
+"""The student: its base model and its tokenizer."""

@@ -1,0 +1,103 @@
+"""The student's tokenizer: what SFT lengths are counted in and what training (#5) tokenizes with.
+
+One seam, two sources, one output folder (`results/student/tokenizer`, built by its own rule):
+
+- production (`train.student` a Hugging Face model id or local path): `AutoTokenizer.from_pretrained`,
+  saved as-is, so every later job reads the same files even if the hub copy changes;
+- offline (`train.student: offline`): a byte-level BPE trained here with `tokenizers` on the agent
+  prompt templates and the verified tasks' texts (descriptions and starter code), wrapped as a
+  `PreTrainedTokenizerFast` with a ChatML chat template (Qwen's format). Byte-level means every string
+  tokenizes, whatever the corpus missed. The tiny offline student of the training stage reuses it.
+
+The chat template marks assistant turns with `{% generation %}` so training can mask the loss to
+assistant tokens (`return_assistant_tokens_mask`, TRL's `assistant_only_loss`).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any, Iterable
+
+OFFLINE = "offline"
+VOCAB_SIZE = 4096
+SPECIAL_TOKENS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
+# ChatML as Qwen writes it; the generation markers let a trainer find the assistant tokens.
+CHAT_TEMPLATE = (
+    "{% for message in messages %}"
+    "{% if message['role'] == 'assistant' %}"
+    "{{ '<|im_start|>assistant\\n' }}{% generation %}{{ message['content'] + '<|im_end|>' }}{% endgeneration %}"
+    "{{ '\\n' }}"
+    "{% else %}"
+    "{{ '<|im_start|>' + message['role'] + '\\n' + message['content'] + '<|im_end|>' + '\\n' }}"
+    "{% endif %}"
+    "{% endfor %}"
+    "{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}{% endif %}"
+)
+
+
+def train_offline_tokenizer(texts: Iterable[str], vocab_size: int = VOCAB_SIZE) -> Any:
+    """A byte-level BPE `PreTrainedTokenizerFast` trained on `texts` (deterministic for the same texts)."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+    from transformers import PreTrainedTokenizerFast
+
+    core = Tokenizer(models.BPE())
+    core.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    core.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(
+        vocab_size=vocab_size, special_tokens=SPECIAL_TOKENS, show_progress=False,
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+    )
+    core.train_from_iterator(list(texts), trainer=trainer)
+    tok = PreTrainedTokenizerFast(
+        tokenizer_object=core, eos_token="<|im_end|>", pad_token="<|endoftext|>", bos_token=None,
+        unk_token=None, model_max_length=1_000_000,
+    )
+    tok.chat_template = CHAT_TEMPLATE
+    return tok
+
+
+def corpus(templates: Path, environments: Iterable[Path]) -> list[str]:
+    """Texts the offline tokenizer learns from: every prompt template, then each verified task's
+    description and starter code (text files under its MLGym tree), in a fixed order."""
+    texts = [p.read_text() for p in sorted(Path(templates).glob("*.j2"))]
+    for env in sorted(Path(e) for e in environments):
+        mlgym = env / "mlgym"
+        if not mlgym.is_dir():
+            continue  # a discarded or skipped task: nothing verified
+        for path in sorted(mlgym.rglob("*")):
+            if path.is_file() and path.suffix in (".yaml", ".py", ".md", ".txt") and path.stat().st_size < 1_000_000:
+                texts.append(path.read_text(errors="replace"))
+    return texts
+
+
+def build_tokenizer(student: str, out: Path, templates: Path, environments: Iterable[Path]) -> Path:
+    """Write the student's tokenizer to `out` (atomically): trained offline, or the hub's for a real student."""
+    from gymforge.core import atomic
+
+    if student == OFFLINE:
+        tok = train_offline_tokenizer(corpus(templates, environments))
+        source = {"student": student, "kind": "byte-level BPE trained locally", "vocab_size": len(tok)}
+    else:
+        from transformers import AutoTokenizer
+
+        tok = AutoTokenizer.from_pretrained(student)
+        source = {"student": student, "kind": "from_pretrained", "vocab_size": len(tok)}
+    with atomic.directory(out) as tmp:
+        tok.save_pretrained(str(tmp))
+        (tmp / "gymforge_tokenizer.json").write_text(json.dumps(source, indent=2) + "\n")
+    return Path(out)
+
+
+def load_tokenizer(path: Path) -> Any:
+    from transformers import AutoTokenizer
+
+    return AutoTokenizer.from_pretrained(str(path))
+
+
+def count_chat_tokens(tokenizer: Any, messages: list[dict[str, str]]) -> int:
+    """Tokens of a conversation as training sees it: the chat template applied, no generation prompt."""
+    ids = tokenizer.apply_chat_template(messages, tokenize=True, add_generation_prompt=False, return_dict=False)
+    if isinstance(ids, dict) or hasattr(ids, "keys"):
+        ids = ids["input_ids"]
+    return len(ids)

@@ -1,0 +1,73 @@
+"""One agent episode in its own sandbox workspace, runnable many at a time on one event loop.
+
+Shared by teacher rollouts (stage 3.5) and benchmark runs (stage 3.8): both install a task, open a
+shell session, let the `Agent` talk to a model until it submits, and clean up the workspace.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import shutil
+import threading
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from typing import Any
+
+from gymforge.agent import Agent, AgentConfig, AgentTask
+from gymforge.agent.trajectory import Trajectory
+from gymforge.core.config import GymforgeConfig
+from gymforge.tasks.environment import TaskEnvironment
+from gymforge.sandbox import Limits, SandboxBackend, get_sandbox
+
+
+def sandbox_for(cfg: GymforgeConfig, gpus: int) -> SandboxBackend:
+    """The configured backend; `gpus` is what the job declared (its episodes share those devices)."""
+    if cfg.sandbox.backend == "docker":
+        return get_sandbox("docker", image=cfg.sandbox.image, **({"gpus": gpus} if gpus else {}))
+    return get_sandbox(cfg.sandbox.backend, allow_weak_confinement=cfg.sandbox.allow_weak_confinement,
+                       **({"gpus": True} if gpus else {}))
+
+
+def limits_of(cfg: GymforgeConfig) -> Limits:
+    return Limits(memory_mb=cfg.sandbox.memory_mb, cpu_seconds=cfg.sandbox.cpu_seconds,
+                  max_processes=cfg.sandbox.max_processes, tmp_mb=cfg.sandbox.tmp_mb, disk_mb=cfg.sandbox.disk_mb)
+
+
+class EpisodeRunner:
+    """Runs episodes of tasks concurrently; installs are serialized because `datasets` (hidden columns) is
+    not thread-safe (its tqdm thread_map lock races between threads)."""
+
+    def __init__(self, sandbox: SandboxBackend, limits: Limits, dataset_cache: Path | None = None) -> None:
+        self.sandbox, self.limits, self.dataset_cache = sandbox, limits, dataset_cache
+        self._install_lock = threading.Lock()
+
+    def _install(self, env: TaskEnvironment) -> None:
+        with self._install_lock:
+            env.install()
+
+    async def run(
+        self, llm: Any, task_yaml: Path, *, root: Path, run_dir: Path, max_steps: int, seed: int,
+        baseline: dict[str, float] | None, meta: dict[str, Any], hidden_columns: dict[str, list[str]] | None = None,
+        out_dir: Path | None = None,
+    ) -> Trajectory:
+        """One episode; `out_dir` receives MLGym's `<task>.traj` and results.json; `run_dir` is removed after."""
+        loop = asyncio.get_running_loop()
+        env = TaskEnvironment(task_yaml, root=root, sandbox=self.sandbox, run_dir=run_dir, limits=self.limits,
+                              hidden_columns=hidden_columns, dataset_cache=self.dataset_cache)
+        task = AgentTask(id=env.task.id, description=env.description, baseline=baseline, training_timeout=env.timeout)
+        # The session is opened (and closed) in a thread that lives as long as the episode: a bwrap sandbox
+        # dies with the thread that started it.
+        opener = ThreadPoolExecutor(1, thread_name_prefix=f"episode-{task.id}-{seed}")
+        try:
+            await loop.run_in_executor(opener, self._install, env)
+            session = await loop.run_in_executor(opener, env.open_session)
+            try:
+                agent = Agent(llm, session, env, task, AgentConfig(max_steps=max_steps), seed=seed, mounts=env.mounts,
+                              out_dir=out_dir, meta={**meta, "sandbox": self.sandbox.name})
+                traj = await agent.arun()
+            finally:
+                await loop.run_in_executor(opener, session.close)
+            await loop.run_in_executor(opener, shutil.rmtree, run_dir, True)
+        finally:
+            opener.shutdown(wait=False)
+        return traj

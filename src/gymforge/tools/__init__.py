@@ -1,0 +1,1 @@
+"""Tools around the pipeline: status, show, estimate, run-task, import-trajectories."""

@@ -1,0 +1,643 @@
+"""`gymforge estimate`: what a config will cost before anything runs.
+
+Per stage it projects LLM calls, prompt and completion tokens, cost (at the config's prices), GPU-hours (what the
+jobs declare: rollout shards x `trajectories.gpus` x shard wall, training, served models in evaluation) and
+CPU-hours of the jobs that run task code in the sandbox. Counts come from the config by arithmetic (the same
+formulas the Snakefile uses: ceil(n / batch_size) topic batches, ceil(per_task / shard_size) shards per task,
+models x tasks x runs_per_task evaluation runs), never from a Snakemake DAG, so a paper-scale plan (hundreds of
+thousands of jobs) is priced in well under a second.
+
+Per-item averages (calls per item, tokens per call, steps per rollout, seconds per step, CPU seconds per item)
+and funnel yields (kept topics per slot, verified tasks per slot, kept trajectories per rollout) are *measured*
+from a finished run when one is available (`--results`, default the config's `results_dir` when it has data):
+tokens per call from the LLM ledger (`llm/calls.jsonl`) and the item records, calls per item from the records,
+steps/timings/tokens per rollout from (a sample of) the rollout shards, yields from the stage records and
+`sft/stats.json`, CPU seconds from the Snakemake benchmark files. Whatever a run does not cover falls back to the
+constants in `DEFAULTS`, each labelled with where it comes from:
+
+- `offline`: measured on the finished offline run of the default `config.yaml` (12 topic slots, 9 verified
+  tasks, 54 rollouts of at most 30 steps, offline teacher, local bwrap sandbox, 2-core machine) that was
+  kept in /tmp/gf-measure/results; `measure()` of that directory reproduces them.
+- `paper`: "AI Scientist via Synthetic Task Scaling": 1000 topics -> ~500 verified tasks, 256 rollouts per
+  task -> ~34k kept trajectories, one GPU per task.
+- `assumption`: not measured anywhere; the note says why the value is plausible. Change it with care.
+
+Known limits: the offline teacher answers in ~0.1 s and writes short replies, so `offline` token and timing
+constants under-estimate a real reasoning teacher (whose hidden reasoning tokens are billed as completion tokens);
+prices of served students are $0 (their cost is GPU time); steps per rollout are capped at the config's
+`max_steps` (+1 for the auto-submission) but never extrapolated upward.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import math
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Iterable
+
+from gymforge.core import plan
+from gymforge.core.config import GymforgeConfig, Price, deep_merge, validate_config
+
+# ---- default constants ----------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Constant:
+    value: float
+    source: str  # offline | paper | assumption | measured
+    note: str
+
+
+OFFLINE_RUN = "offline run of config.yaml (/tmp/gf-measure/results)"
+# Peak dense bf16 throughput of one H100 SXM (NVIDIA datasheet) and an assumed model-FLOPs utilisation.
+GPU_PEAK_FLOPS = 989e12
+TRAIN_MFU = 0.35
+
+DEFAULTS: dict[str, Constant] = {
+    # funnel yields, cumulative per topic slot (a slot that fails a stage is skipped by the later ones)
+    "topics_kept_per_slot": Constant(0.833, "offline", "10 of 12 slots kept; 2 near-duplicate topics"),
+    "proposals_ok_per_slot": Constant(0.75, "offline", "9 of 12 slots: 1 dataset not found on the hub"),
+    "configs_ok_per_slot": Constant(0.75, "offline", "9 of 12 (every proposal got valid configs)"),
+    "code_ok_per_slot": Constant(0.75, "offline", "9 of 12 (every config got valid starter code)"),
+    "verified_per_slot": Constant(0.5, "paper", "1000 topics -> 500 verified tasks (offline run: 9/12 = 0.75)"),
+    "kept_per_rollout": Constant(0.266, "paper", "~34,000 kept of 500 x 256 = 128,000 rollouts "
+                                 "(offline run: 53/54 = 0.98)"),
+    # LLM usage per item
+    "topics_calls_per_batch": Constant(1.0, "offline", "3 batches, 3 calls, no nudges"),
+    "topics_prompt_base": Constant(171.7, "offline", "prompt tokens of a topics call with no topics seen yet "
+                                   "(least-squares fit over the 3 batches)"),
+    "topics_prompt_per_seen": Constant(9.5, "offline", "prompt tokens per already-sampled topic listed in the prompt"),
+    "topics_completion_per_topic": Constant(10.67, "offline", "128 completion tokens for 12 requested topics"),
+    "proposals_calls_per_item": Constant(2.9, "offline", "29 calls for 10 proposals (dataset searches, nudges)"),
+    "proposals_prompt_per_call": Constant(413.2, "offline", "11,983 prompt tokens / 29 calls"),
+    "proposals_completion_per_call": Constant(77.9, "offline", "2,260 completion tokens / 29 calls"),
+    "configs_calls_per_item": Constant(1.667, "offline", "15 calls for 9 tasks (first draft + repairs)"),
+    "configs_prompt_per_call": Constant(1652.0, "offline", "24,779 / 15"),
+    "configs_completion_per_call": Constant(868.6, "offline", "13,029 / 15"),
+    "code_calls_per_item": Constant(1.444, "offline", "13 calls for 9 tasks"),
+    "code_prompt_per_call": Constant(2226.0, "offline", "28,938 / 13"),
+    "code_completion_per_call": Constant(1190.5, "offline", "15,477 / 13"),
+    "verification_calls_per_item": Constant(16.56, "offline", "149 calls for 9 tasks: teacher episode turns plus "
+                                            "debug-loop repairs"),
+    "verification_prompt_per_call": Constant(3302.0, "offline", "491,976 / 149"),
+    "verification_completion_per_call": Constant(105.4, "offline", "15,712 / 149"),
+    # one rollout (and, unless measured, one evaluation run: the same agent loop and templates)
+    "rollout_steps": Constant(12.04, "offline", "650 steps / 54 rollouts (max_steps 30; 2 hit the limit)"),
+    "rollout_calls_per_step": Constant(1.015, "offline", "660 calls / 650 steps: replies plus format re-asks"),
+    "rollout_prompt_per_call": Constant(2992.3, "offline", "1,974,890 / 660 (history with the last 5 observations "
+                                       "in full)"),
+    "rollout_completion_per_call": Constant(84.66, "offline", "55,874 / 660; the offline teacher writes short "
+                                           "replies and no reasoning tokens"),
+    "rollout_exec_s_per_step": Constant(4.63, "offline", "3,009 s execution / 650 steps (small sklearn tasks, "
+                                        "3 rollouts at once on 2 cores; tasks that train on a GPU take far longer)"),
+    "llm_s_per_call": Constant(10.0, "assumption", "seconds per teacher reply of a hosted reasoning model "
+                               "(the offline teacher answers in ~0.1 s)"),
+    "eval_steps_per_run": Constant(12.04, "assumption", "= rollout_steps (same agent loop)"),
+    "eval_calls_per_step": Constant(1.015, "assumption", "= rollout_calls_per_step"),
+    "eval_prompt_per_call": Constant(2992.3, "assumption", "= rollout_prompt_per_call"),
+    "eval_completion_per_call": Constant(84.66, "assumption", "= rollout_completion_per_call"),
+    "eval_exec_s_per_step": Constant(4.63, "assumption", "= rollout_exec_s_per_step"),
+    # SFT and training
+    "kept_tokens_mean": Constant(5164.5, "offline", "mean student tokens of the 53 kept examples (offline BPE "
+                                 "tokenizer); training counts min(this, train.max_length) per example"),
+    "train_tokens_per_s_per_gpu": Constant(math.nan, "assumption", f"{TRAIN_MFU:.0%} MFU of an H100's "
+                                           f"{GPU_PEAK_FLOPS / 1e12:.0f} TFLOP/s bf16 at 6 x params FLOPs per "
+                                           "token (8 x with gradient checkpointing); attention FLOPs ignored"),
+    # CPU seconds of the jobs that run task code (Snakemake benchmark cpu_time)
+    "code_cpu_s_per_item": Constant(2.05, "offline", "mean cpu_time of the 9 starter-code jobs (validation)"),
+    "verification_cpu_s_per_item": Constant(11.19, "offline", "mean cpu_time of the 9 verification jobs (baseline, "
+                                            "evaluation, teacher episode)"),
+    "rollout_cpu_s": Constant(8.74, "offline", "472 s cpu_time of the 18 shard jobs / 54 rollouts (includes the "
+                              "offline teacher's server thread)"),
+    "eval_cpu_s_per_run": Constant(8.74, "assumption", "= rollout_cpu_s"),
+}
+
+MLGYM_TASKS = 13  # SPEC 4.6: MLGym's 13 tasks, used when the checkout is not at hand
+
+
+# ---- measuring a finished run -----------------------------------------------------------------------
+
+
+@dataclass
+class Measured:
+    """Constants measured from one results directory (a subset of DEFAULTS' keys) and what they rest on."""
+
+    results: Path
+    values: dict[str, float] = field(default_factory=dict)
+    notes: dict[str, str] = field(default_factory=dict)
+
+    def put(self, key: str, value: float | None, note: str) -> None:
+        if value is None or (isinstance(value, float) and not math.isfinite(value)):
+            return
+        self.values[key] = float(value)
+        self.notes[key] = note
+
+
+def has_data(results: Path) -> bool:
+    results = Path(results)
+    return (results / "config.json").exists() and any(
+        (results / sub).exists() for sub in ("topics/batches", "llm/calls.jsonl", "proposals"))
+
+
+def _json(path: Path) -> Any:
+    try:
+        return json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+
+
+def _ledger_per_call(results: Path) -> dict[str, tuple[int, int, int]]:
+    """stage -> (requests sent, prompt tokens, completion tokens), cache hits excluded."""
+    out: dict[str, list[int]] = {}
+    path = results / "llm" / "calls.jsonl"
+    if not path.exists():
+        return {}
+    with path.open() as fh:
+        for line in fh:
+            try:
+                e = json.loads(line)
+            except ValueError:
+                continue
+            # Tokens per call of answered calls: a `sent` line is followed by its `done` line, a failed attempt
+            # (retried, or killed in flight) has no usage.
+            if e.get("cached") or e.get("event") == "sent" or e.get("ok") is False:
+                continue
+            t = out.setdefault(e.get("stage", "?"), [0, 0, 0])
+            t[0] += 1
+            t[1] += int(e.get("prompt_tokens") or 0)
+            t[2] += int(e.get("completion_tokens") or 0)
+    return {k: (v[0], v[1], v[2]) for k, v in out.items()}
+
+
+def _bench_cpu(path: Path) -> float | None:
+    """cpu_time of the last row of a Snakemake benchmark TSV."""
+    try:
+        rows = list(csv.DictReader(path.open(), delimiter="\t"))
+    except OSError:
+        return None
+    try:
+        return float(rows[-1]["cpu_time"]) if rows else None
+    except (KeyError, ValueError):
+        return None
+
+
+def _sample(paths: list[Path], limit: int) -> list[Path]:
+    if len(paths) <= limit:
+        return paths
+    step = len(paths) / limit
+    return [paths[int(i * step)] for i in range(limit)]
+
+
+def _fit_line(points: list[tuple[float, float]]) -> tuple[float, float] | None:
+    """(intercept, slope) of a least-squares line; None with fewer than two distinct x."""
+    if len({x for x, _ in points}) < 2:
+        return None
+    n = len(points)
+    mx = sum(x for x, _ in points) / n
+    my = sum(y for _, y in points) / n
+    sxx = sum((x - mx) ** 2 for x, _ in points)
+    slope = sum((x - mx) * (y - my) for x, y in points) / sxx
+    return my - slope * mx, slope
+
+
+def measure(results: Path, *, shard_sample: int = 64) -> Measured:
+    """Per-item averages and yields of the finished (or partly finished) run in `results`."""
+    results = Path(results)
+    m = Measured(results)
+    raw = _json(results / "config.json")
+    if not raw:
+        return m
+    cfg = GymforgeConfig.model_validate(raw)
+    n = cfg.topics.n
+    ledger = _ledger_per_call(results)
+
+    def per_call(stage: str, records_usage: list[dict[str, Any]], prefix: str) -> None:
+        sent = sum(u.get("calls", 0) for u in records_usage)
+        prompt = sum(u.get("prompt_tokens", 0) for u in records_usage)
+        completion = sum(u.get("completion_tokens", 0) for u in records_usage)
+        where = "item records"
+        if not sent and stage in ledger and ledger[stage][0]:
+            sent, prompt, completion = ledger[stage]
+            where = "llm/calls.jsonl"
+        if sent:
+            m.put(f"{prefix}_prompt_per_call", prompt / sent, f"{prompt:,} / {sent:,} calls ({where})")
+            m.put(f"{prefix}_completion_per_call", completion / sent, f"{completion:,} / {sent:,} calls ({where})")
+
+    # topics
+    batches = [b for b in (_json(p) for p in sorted((results / "topics" / "batches").glob("b*.json"))) if b]
+    if batches:
+        slots = [s for b in batches for s in b["slots"] if int(s["item"][1:]) < n]
+        kept = sum(s["status"] == "ok" for s in slots)
+        if len(slots) >= n:
+            m.put("topics_kept_per_slot", kept / n, f"{kept} of {n} slots kept")
+        calls = sum(b["usage"]["calls"] + b["usage"]["cache_hits"] for b in batches)
+        m.put("topics_calls_per_batch", calls / len(batches), f"{calls} calls / {len(batches)} batches")
+        points, completion, requested = [], 0, 0
+        for b in batches:
+            u = b["usage"]
+            if u["calls"]:
+                new = sum(s["status"] == "ok" for s in b["slots"])
+                points.append((len(b["seen"]) - new, u["prompt_tokens"] / u["calls"]))
+                completion += u["completion_tokens"] / u["calls"]
+                requested += b["requested"]
+        fit = _fit_line(points)
+        if fit:
+            m.put("topics_prompt_base", max(0.0, fit[0]), f"least-squares fit over {len(points)} batches")
+            m.put("topics_prompt_per_seen", max(0.0, fit[1]), f"least-squares fit over {len(points)} batches")
+        elif points:
+            m.put("topics_prompt_base", sum(y for _, y in points) / len(points), "mean (one batch size only)")
+        if requested:
+            m.put("topics_completion_per_topic", completion / requested,
+                  f"completion tokens per requested topic over {len(points)} batches")
+
+    # per-slot stages
+    stage_files = {"proposals": "proposals/t*.json", "configs": "configs/t*.json", "code": "tasks/t*/status.json",
+                   "verification": "environments/t*/report.json"}
+    ledger_stage = {"proposals": "proposals", "configs": "configs", "code": "code", "verification": "verification"}
+    records: dict[str, list[dict[str, Any]]] = {}
+    for stage, pattern in stage_files.items():
+        recs = [r for r in (_json(p) for p in sorted(results.glob(pattern))) if r and int(r["item"][1:]) < n]
+        records[stage] = recs
+        if len(recs) < n:
+            continue  # a stage that has not finished every slot says nothing about yields or averages yet
+        ran = [r for r in recs if r["status"] != "skipped"]
+        ok = sum(r["status"] == "ok" for r in recs)
+        key = {"proposals": "proposals_ok_per_slot", "configs": "configs_ok_per_slot", "code": "code_ok_per_slot",
+               "verification": "verified_per_slot"}[stage]
+        m.put(key, ok / n, f"{ok} of {n} slots")
+        if ran:
+            calls = sum(r["usage"]["calls"] + r["usage"]["cache_hits"] for r in ran)
+            m.put(f"{stage}_calls_per_item", calls / len(ran), f"{calls} calls / {len(ran)} items that ran")
+            per_call(ledger_stage[stage], [r["usage"] for r in ran], stage)
+        if stage in ("code", "verification"):
+            bench = "tasks" if stage == "code" else "environments"
+            cpus = [c for c in (_bench_cpu(results / "benchmarks" / bench / f"{r['item']}.tsv") for r in ran)
+                    if c is not None]
+            if cpus:
+                m.put(f"{stage}_cpu_s_per_item", sum(cpus) / len(cpus), f"mean cpu_time of {len(cpus)} jobs")
+
+    # trajectories: a sample of the finished shards
+    from gymforge.stages.rollouts import ShardRecord, shard_rollouts
+
+    verified = [r["item"] for r in records.get("verification", []) if r["status"] == "ok"]
+    shard_files = sorted(p for slot in verified for p in (results / "trajectories" / slot).glob("shard_*.json"))
+    steps = calls = prompt = completion = rollouts = 0
+    query_s = exec_s = 0.0
+    for path in _sample(shard_files, shard_sample):
+        try:
+            shard = ShardRecord.model_validate_json(path.read_text())
+        except (OSError, ValueError):
+            continue
+        for rec in shard.rollouts:
+            t = rec.trajectory
+            rollouts += 1
+            steps += len(t.trajectory)
+            calls += t.info.model_stats.api_calls
+            prompt += t.info.model_stats.tokens_sent
+            completion += t.info.model_stats.tokens_received
+            query_s += sum(s.query_time for s in t.trajectory)
+            exec_s += sum(s.execution_time for s in t.trajectory)
+    if rollouts and steps:
+        where = f"{rollouts} rollouts in {min(len(shard_files), shard_sample)} of {len(shard_files)} shards"
+        m.put("rollout_steps", steps / rollouts, f"{steps} steps / {where}")
+        m.put("rollout_calls_per_step", calls / steps, f"{calls} calls / {steps} steps")
+        m.put("rollout_exec_s_per_step", exec_s / steps, f"{exec_s:.0f} s / {steps} steps")
+        if calls:
+            m.put("rollout_prompt_per_call", prompt / calls, f"{prompt:,} / {calls} calls ({where})")
+            m.put("rollout_completion_per_call", completion / calls, f"{completion:,} / {calls} calls")
+            m.put("llm_s_per_call", query_s / calls, f"{query_s:.0f} s query time / {calls} calls "
+                  f"({cfg.llm.teacher.provider} teacher {cfg.trajectories.model or cfg.llm.teacher.model})")
+    cpu, cpu_rollouts = 0.0, 0
+    for path in shard_files:
+        c = _bench_cpu(results / "benchmarks" / "trajectories" / path.parent.name / f"{path.stem}.tsv")
+        if c is not None:
+            cpu += c
+            cpu_rollouts += len(shard_rollouts(cfg, int(path.stem.split("_")[1])))
+    if cpu_rollouts:
+        m.put("rollout_cpu_s", cpu / cpu_rollouts, f"cpu_time {cpu:.0f} s of shard jobs / {cpu_rollouts} rollouts")
+
+    # SFT
+    stats = _json(results / "sft" / "stats.json")
+    if stats and stats.get("rollouts"):
+        m.put("kept_per_rollout", stats["kept"] / stats["rollouts"], f"{stats['kept']} kept of {stats['rollouts']} "
+              f"rollouts (filter.max_tokens {cfg.filter.max_tokens})")
+        mean = (stats.get("tokens", {}).get("kept") or {}).get("mean")
+        if mean:
+            m.put("kept_tokens_mean", mean, f"mean student tokens of {stats['kept']} kept examples "
+                  f"(student {cfg.train.student})")
+
+    # training
+    report = _json(results / "checkpoints" / cfg.train.name / "train_report.json")
+    if report and report.get("tokens_per_s") and str(report.get("device", "")).startswith("cuda"):
+        world = max(1, int(report.get("world_size") or 1))
+        m.put("train_tokens_per_s_per_gpu", report["tokens_per_s"] / world,
+              f"{report['tokens_per_s']:.0f} tokens/s on {world} GPU(s), student {report.get('student')}")
+        m.notes["_train_student"] = str(report.get("student"))
+
+    # evaluation
+    runs = steps = replies = 0
+    wall = 0.0
+    cpu, cpu_runs = 0.0, 0
+    for path in sorted((results / "scores" / "runs").glob("*/*.json")):
+        rec = _json(path)
+        if not rec or "runs" not in rec:
+            continue
+        for run in rec["runs"]:
+            runs += 1
+            steps += run.get("steps", 0)
+            replies += run.get("replies", 0)
+            wall += run.get("wall_s", 0.0)
+        c = _bench_cpu(results / "benchmarks" / "scores" / path.parent.name / f"{path.stem}.tsv")
+        if c is not None and rec["runs"]:
+            cpu += c
+            cpu_runs += len(rec["runs"])
+    if runs and steps:
+        m.put("eval_steps_per_run", steps / runs, f"{steps} steps / {runs} runs")
+        m.put("eval_calls_per_step", replies / steps, f"{replies} replies / {steps} steps")
+        sent = ledger.get("evaluate")
+        if sent and sent[0]:
+            m.put("eval_prompt_per_call", sent[1] / sent[0], f"{sent[1]:,} / {sent[0]} calls (llm/calls.jsonl)")
+            m.put("eval_completion_per_call", sent[2] / sent[0], f"{sent[2]:,} / {sent[0]} calls")
+    if cpu_runs:
+        m.put("eval_cpu_s_per_run", cpu / cpu_runs, f"cpu_time {cpu:.0f} s / {cpu_runs} runs")
+    return m
+
+
+# ---- the projection -------------------------------------------------------------------------------------
+
+
+def _params_of(student: str) -> float | None:
+    """Parameter count read from a model name (`Qwen/Qwen3-4B` -> 4e9); None when the name does not say."""
+    name = Path(student.rstrip("/")).name
+    found = re.findall(r"(\d+(?:\.\d+)?)\s*([BbMm])(?![A-Za-z])", name)
+    if not found:
+        return None
+    value, unit = found[-1]
+    return float(value) * (1e9 if unit in "Bb" else 1e6)
+
+
+@dataclass
+class StageEstimate:
+    name: str
+    items: float
+    unit: str
+    calls: float = 0.0
+    prompt_tokens: float = 0.0
+    completion_tokens: float = 0.0
+    cost_usd: float = 0.0
+    gpu_hours: float = 0.0
+    cpu_hours: float = 0.0
+    note: str = ""
+
+    def price(self, price: Price) -> None:
+        self.cost_usd += price.cost(self.prompt_tokens, self.completion_tokens)
+
+
+class Constants:
+    """The value each constant takes: measured where the run has it, else the default."""
+
+    def __init__(self, measured: Measured | None, train_student: str) -> None:
+        self.used: dict[str, dict[str, Any]] = {}
+        self.measured = measured
+        self.train_student = train_student
+
+    def __call__(self, key: str) -> float:
+        m = self.measured
+        usable = m is not None and key in m.values
+        if usable and key == "train_tokens_per_s_per_gpu" and m.notes.get("_train_student") != self.train_student:
+            usable = False  # another student's throughput says nothing about this one
+        if usable:
+            value, source, note = m.values[key], "measured", m.notes[key]
+        else:
+            d = DEFAULTS[key]
+            value, source, note = d.value, d.source, d.note
+        self.used[key] = {"value": value, "source": source, "note": note}
+        return value
+
+
+def _eval_tasks(cfg: GymforgeConfig) -> tuple[int, str]:
+    ev = cfg.evaluate
+    if ev.tasks is not None:
+        return len(ev.tasks), "evaluate.tasks"
+    if ev.benchmark == "builtin":
+        from gymforge.benchmark.suite import BUILTIN
+
+        return len(BUILTIN), "the built-in suite"
+    from gymforge.benchmark.suite import BenchmarkError, mlgym_tasks
+
+    root = Path(ev.mlgym_root or "")
+    try:
+        return len(mlgym_tasks(root)), f"MLGym tasks found in {root}"  # by their id field, as the plan finds them
+    except BenchmarkError:
+        return MLGYM_TASKS, f"MLGym's {MLGYM_TASKS} tasks (checkout {root} not found or incomplete)"
+
+
+def estimate(cfg: GymforgeConfig, measured: Measured | None = None) -> dict[str, Any]:
+    """The projected plan of `cfg`, as a JSON-able dict (see `render`)."""
+    c = Constants(measured, cfg.train.student)
+    teacher = cfg.llm.teacher
+    tr = cfg.trajectories
+    n = cfg.topics.n
+    stages: list[StageEstimate] = []
+
+    # topics: batch b lists every topic kept before it in its prompt
+    batches = plan.n_batches(cfg)
+    kept_topics = n * c("topics_kept_per_slot")
+    seen_per_batch = cfg.topics.batch_size * c("topics_kept_per_slot")
+    calls_per_batch = c("topics_calls_per_batch")
+    seen_total = sum(min(b * seen_per_batch, kept_topics) for b in range(batches))
+    st = StageEstimate("topics", batches, "batches")
+    st.calls = batches * calls_per_batch
+    st.prompt_tokens = calls_per_batch * (batches * c("topics_prompt_base") + seen_total * c("topics_prompt_per_seen"))
+    st.completion_tokens = st.calls * cfg.topics.batch_size * c("topics_completion_per_topic")
+    st.note = f"{n:,} slots -> {kept_topics:,.0f} kept topics"
+    stages.append(st)
+
+    # per-slot stages: items reaching each stage
+    reach = {"proposals": kept_topics, "configs": n * c("proposals_ok_per_slot"),
+             "code": n * c("configs_ok_per_slot"), "verification": n * c("code_ok_per_slot")}
+    out_of = {"proposals": n * c("proposals_ok_per_slot"), "configs": n * c("configs_ok_per_slot"),
+              "code": n * c("code_ok_per_slot"), "verification": n * c("verified_per_slot")}
+    verified = out_of["verification"]
+    for name, items in reach.items():
+        st = StageEstimate(name, items, "tasks" if name != "proposals" else "topics")
+        st.calls = items * c(f"{name}_calls_per_item")
+        st.prompt_tokens = st.calls * c(f"{name}_prompt_per_call")
+        st.completion_tokens = st.calls * c(f"{name}_completion_per_call")
+        if name in ("code", "verification"):
+            st.cpu_hours = items * c(f"{name}_cpu_s_per_item") / 3600
+        st.note = f"-> {out_of[name]:,.0f} ok" + (" (verified tasks)" if name == "verification" else "")
+        stages.append(st)
+
+    # trajectories: shards of concurrent rollouts, each shard job holding trajectories.gpus GPUs
+    shards_per_task = plan.shard_count(cfg)
+    rollouts = verified * tr.per_task
+    shards = verified * shards_per_task
+    steps = min(c("rollout_steps"), tr.max_steps + 1)
+    calls_per_rollout = steps * c("rollout_calls_per_step")
+    rollout_wall_s = steps * c("rollout_exec_s_per_step") + calls_per_rollout * c("llm_s_per_call")
+    # a task's rollouts run shard by shard: waves of `concurrency` in each shard
+    waves = sum(math.ceil(len(plan.shard_rollouts(cfg, k)) / tr.concurrency) for k in range(shards_per_task))
+    shard_wall_s = waves / shards_per_task * rollout_wall_s
+    st = StageEstimate("trajectories", rollouts, "rollouts")
+    st.calls = rollouts * calls_per_rollout
+    st.prompt_tokens = st.calls * c("rollout_prompt_per_call")
+    st.completion_tokens = st.calls * c("rollout_completion_per_call")
+    st.gpu_hours = shards * tr.gpus * shard_wall_s / 3600
+    st.cpu_hours = rollouts * c("rollout_cpu_s") / 3600
+    st.note = (f"{verified:,.0f} tasks x {tr.per_task} = {rollouts:,.0f} rollouts of ~{steps:.1f} steps, "
+               f"{shards:,.0f} shards of {min(tr.shard_size, tr.per_task)} ({tr.concurrency} at once, "
+               f"{tr.gpus} GPU each, ~{shard_wall_s / 3600:.2f} h each)")
+    stages.append(st)
+
+    # SFT
+    kept = rollouts * c("kept_per_rollout")
+    tokens_per_example = min(c("kept_tokens_mean"), cfg.train.max_length)
+    st = StageEstimate("sft", kept, "kept")
+    st.note = (f"{kept:,.0f} kept trajectories ({c('kept_per_rollout'):.3f} per rollout), "
+               f"~{tokens_per_example:,.0f} tokens each (cut to train.max_length {cfg.train.max_length})")
+    stages.append(st)
+
+    # training
+    train = cfg.train
+    train_tokens = kept * tokens_per_example * train.epochs
+    st = StageEstimate("training", 1, "checkpoint")
+    params = _params_of(train.student)
+    tps = c("train_tokens_per_s_per_gpu")
+    if not math.isfinite(tps):
+        if params:
+            flops_per_token = (8 if train.gradient_checkpointing else 6) * params
+            tps = GPU_PEAK_FLOPS * TRAIN_MFU / flops_per_token
+            c.used["train_tokens_per_s_per_gpu"]["value"] = tps
+            c.used["train_tokens_per_s_per_gpu"]["note"] += f"; {params / 1e9:g}B parameters from the model name"
+    if train.gpus and math.isfinite(tps) and tps > 0:
+        st.gpu_hours = train_tokens / tps / 3600
+        lora = " (LoRA: fewer FLOPs than assumed)" if train.lora.enabled else ""
+        st.note = (f"{train.student}: {train.epochs:g} epochs x {kept:,.0f} examples x {tokens_per_example:,.0f} tokens"
+                   f" = {train_tokens / 1e6:,.1f}M tokens at {tps:,.0f} tokens/s/GPU -> ~{st.gpu_hours / train.gpus:.1f} h"
+                   f" on {train.gpus} GPUs ({train.strategy}){lora}")
+    elif train.gpus:
+        st.note = f"{train.student}: {train_tokens / 1e6:,.1f}M tokens; GPU-hours unknown (parameter count not in the name)"
+    else:
+        st.note = f"{train.student}: {train_tokens / 1e6:,.1f}M tokens on CPU (train.gpus = 0: no GPU-hours)"
+    stages.append(st)
+
+    # evaluation: models x tasks x runs_per_task; served models hold serving.gpus per (model, task) job
+    ev = cfg.evaluate
+    n_tasks, tasks_from = _eval_tasks(cfg)
+    from gymforge.core.plan import SERVED_SOURCES
+
+    e_steps = min(c("eval_steps_per_run"), ev.max_steps + 1)
+    e_calls = e_steps * c("eval_calls_per_step")
+    run_wall_s = e_steps * c("eval_exec_s_per_step") + e_calls * c("llm_s_per_call")
+    job_wall_s = math.ceil(ev.runs_per_task / ev.concurrency) * run_wall_s
+    st = StageEstimate("evaluate", len(ev.models) * n_tasks * ev.runs_per_task, "runs")
+    per_model = []
+    for spec in ev.models:
+        runs = n_tasks * ev.runs_per_task
+        calls = runs * e_calls
+        prompt, completion = calls * c("eval_prompt_per_call"), calls * c("eval_completion_per_call")
+        price = teacher.price if spec.source == "teacher" else spec.price
+        cost = 0.0 if spec.source in SERVED_SOURCES else price.cost(prompt, completion)
+        gpu_h = n_tasks * job_wall_s / 3600 * ev.serving.gpus if spec.source in SERVED_SOURCES else 0.0
+        st.calls += calls
+        st.prompt_tokens += prompt
+        st.completion_tokens += completion
+        st.cost_usd += cost
+        st.gpu_hours += gpu_h
+        per_model.append({"model": spec.name, "source": spec.source, "runs": runs, "calls": calls,
+                          "cost_usd": cost, "gpu_hours": gpu_h})
+    st.cpu_hours = st.items * c("eval_cpu_s_per_run") / 3600
+    st.note = (f"{len(ev.models)} models x {n_tasks} tasks ({tasks_from}) x {ev.runs_per_task} runs of ~{e_steps:.1f} "
+               f"steps; served models hold {ev.serving.gpus} GPU per job (~{job_wall_s / 3600:.2f} h each)")
+    stages.append(st)
+
+    for s in stages:
+        if s.name not in ("evaluate",):
+            s.price(teacher.price)
+    totals = {k: sum(getattr(s, k) for s in stages)
+              for k in ("calls", "prompt_tokens", "completion_tokens", "cost_usd", "gpu_hours", "cpu_hours")}
+    return {
+        "teacher": {"provider": teacher.provider, "model": tr.model or teacher.model,
+                    "price": teacher.price.model_dump()},
+        "student": train.student,
+        "budget_usd": cfg.llm.budget_usd,
+        "measured_from": str(measured.results) if measured and measured.values else None,
+        "plan": {"topic_slots": n, "topic_batches": batches, "kept_topics": kept_topics, "verified_tasks": verified,
+                 "rollouts": rollouts, "shards": shards, "kept_trajectories": kept, "train_tokens": train_tokens,
+                 "eval_runs": st.items, "eval_tasks": n_tasks},
+        "stages": [s.__dict__ for s in stages],
+        "evaluate_models": per_model,
+        "totals": totals,
+        "constants": c.used,
+    }
+
+
+# ---- loading and rendering ------------------------------------------------------------------------------
+
+
+def load_configs(configfiles: Iterable[str | Path], base: str | Path | None = "config.yaml") -> GymforgeConfig:
+    """Like `snakemake --configfile A B`: the Snakefile's `config.yaml` (when present) with each file deep-merged
+    over it in order."""
+    import yaml
+
+    raw: dict[str, Any] = {}
+    files = [Path(f) for f in configfiles]
+    if base and Path(base).exists() and Path(base).resolve() not in {f.resolve() for f in files}:
+        raw = yaml.safe_load(Path(base).read_text()) or {}
+    for f in files:
+        raw = deep_merge(raw, yaml.safe_load(f.read_text()) or {})
+    return validate_config(raw)
+
+
+def _fmt(x: float) -> str:
+    if x >= 1e9:
+        return f"{x / 1e9:.2f}B"
+    if x >= 1e6:
+        return f"{x / 1e6:.1f}M"
+    if x >= 1e4:
+        return f"{x / 1e3:.0f}k"
+    return f"{x:,.0f}"
+
+
+def render(report: dict[str, Any], title: str = "") -> str:
+    t = report["teacher"]
+    p = t["price"]
+    lines = [f"gymforge estimate{': ' + title if title else ''}",
+             f"teacher {t['model']} ({t['provider']}) at ${p['input_per_mtok']:g} / ${p['output_per_mtok']:g} per M "
+             f"input / output tokens; student {report['student']}",
+             "per-item averages: " + (f"measured from {report['measured_from']} where it has them, defaults otherwise"
+                                      if report["measured_from"] else "default constants (no finished run to measure)"),
+             ""]
+    head = (f"{'stage':<13} {'items':>9} {'unit':<10} {'LLM calls':>10} {'prompt tok':>11} {'compl tok':>10} "
+            f"{'cost $':>11} {'GPU-h':>9} {'CPU-h':>8}")
+    lines += [head, "-" * len(head)]
+    for s in report["stages"]:
+        lines.append(f"{s['name']:<13} {_fmt(s['items']):>9} {s['unit']:<10} {_fmt(s['calls']):>10} "
+                     f"{_fmt(s['prompt_tokens']):>11} {_fmt(s['completion_tokens']):>10} {s['cost_usd']:>11,.2f} "
+                     f"{s['gpu_hours']:>9,.1f} {s['cpu_hours']:>8,.1f}")
+    tot = report["totals"]
+    lines.append("-" * len(head))
+    lines.append(f"{'total':<13} {'':>9} {'':<10} {_fmt(tot['calls']):>10} {_fmt(tot['prompt_tokens']):>11} "
+                 f"{_fmt(tot['completion_tokens']):>10} {tot['cost_usd']:>11,.2f} {tot['gpu_hours']:>9,.1f} "
+                 f"{tot['cpu_hours']:>8,.1f}")
+    lines.append("")
+    for s in report["stages"]:
+        if s["note"]:
+            lines.append(f"  {s['name']:<13} {s['note']}")
+    for m in report["evaluate_models"]:
+        lines.append(f"  {'':<13} {m['model']} ({m['source']}): {m['runs']:,} runs, ${m['cost_usd']:,.2f}, "
+                     f"{m['gpu_hours']:,.1f} GPU-h")
+    budget = report["budget_usd"]
+    verdict = "fits" if tot["cost_usd"] <= budget else "EXCEEDS it: raise llm.budget_usd or the run stops there"
+    lines.append(f"  llm.budget_usd ${budget:,.2f}: the projected ${tot['cost_usd']:,.2f} {verdict}")
+    lines.append("")
+    lines.append("constants (measured: from the results dir; offline: measured offline run; paper; assumption):")
+    for key, u in report["constants"].items():
+        value = u["value"]
+        shown = "n/a" if not math.isfinite(value) else f"{value:,.4g}" if abs(value) < 1000 else f"{value:,.0f}"
+        lines.append(f"  {key:<33} {shown:>10}  {u['source']:<10} {u['note']}")
+    return "\n".join(lines)

@@ -1,0 +1,334 @@
+"""The funnel of a results directory: per stage, how many items are planned, done, kept and why others fell out."""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+from collections.abc import Iterable
+from pathlib import Path
+
+from pydantic import BaseModel, Field
+
+from gymforge.core.records import (
+    GenerationRecord,
+    ItemRecord,
+    ProposalRecord,
+    TopicBatch,
+    UsageRecord,
+    VerificationReport,
+)
+
+RESOLVED_CONFIG = "config.json"
+# Stages after topics: one record per topic slot, found by glob under the results dir.
+PER_SLOT_STAGES = [
+    ("proposals", "proposals/t*.json", ProposalRecord),
+    ("configs", "configs/t*.json", GenerationRecord),
+    ("tasks", "tasks/t*/status.json", GenerationRecord),
+    ("environments", "environments/t*/report.json", VerificationReport),
+]
+
+
+# Client stage -> funnel stage, for ledger entries written outside a Snakemake job (no `job` field).
+CLIENT_STAGES = {"code": "tasks", "verification": "environments", "evaluate": "scores"}
+
+
+class LLMActivity(BaseModel):
+    """What the ledger says about a stage's requests beyond usage: every attempt counts as a call."""
+
+    retries: int = 0
+    killed_in_flight: int = Field(0, description="Requests in flight when their job was killed (booked at their bound).")
+    in_flight: int = 0
+    errors: dict[str, int] = Field({}, description="Failed attempts by error class (retried or not).")
+
+
+class StageStatus(BaseModel):
+    planned: int
+    done: int = 0
+    ok: int = 0
+    skipped: int = 0
+    discarded: dict[str, int] = {}
+    failed: dict[str, int] = Field({}, description="Jobs whose last run failed, by reason code (`<log>.failed.json`).")
+    usage: UsageRecord = UsageRecord()
+    llm: LLMActivity = LLMActivity()
+
+
+def _tally(planned: int, records: Iterable[ItemRecord]) -> StageStatus:
+    stage = StageStatus(planned=planned)
+    reasons: Counter[str] = Counter()
+    for r in records:
+        stage.done += 1
+        if r.status == "ok":
+            stage.ok += 1
+        elif r.status == "skipped":
+            stage.skipped += 1
+        else:
+            reasons[r.reason_code or "unknown"] += 1
+    stage.discarded = dict(sorted(reasons.items()))
+    return stage
+
+
+def _planned_slots(results: Path) -> int:
+    resolved = results / RESOLVED_CONFIG
+    if not resolved.exists():
+        return 0
+    return json.loads(resolved.read_text())["topics"]["n"]
+
+
+def _read(paths: Iterable[Path], model: type[BaseModel]) -> list:
+    return [model.model_validate_json(p.read_text()) for p in sorted(paths)]
+
+
+def _trajectories(results: Path, environments: list[VerificationReport]) -> StageStatus:
+    """Rollouts: planned = verified tasks x per_task; done = rollouts in finished shards plus finished parts of
+    running (or interrupted) shards; ok / discarded = the filter's verdict, once the SFT data is built."""
+    from gymforge.stages.rollouts import parts_dir, shard_ids, shard_rollouts
+
+    cfg = _config(results)
+    if cfg is None:
+        return StageStatus(planned=0)
+    verified = [r.item for r in environments if r.status == "ok"]
+    stage = StageStatus(planned=len(verified) * cfg.trajectories.per_task)
+    for slot in verified:
+        for k in shard_ids(cfg):
+            shard = results / "trajectories" / slot / f"shard_{k}.json"
+            # A finished shard holds all its rollouts by construction: no need to parse the (large) file.
+            stage.done += len(shard_rollouts(cfg, int(k))) if shard.exists() else len(list(parts_dir(shard).glob("r*.json")))
+    stats = results / "sft" / "stats.json"
+    if stats.exists():
+        sft = json.loads(stats.read_text())
+        stage.ok, stage.discarded = sft["kept"], dict(sorted(sft["discarded"].items()))
+    return stage
+
+
+def _config(results: Path):
+    from gymforge.core.config import GymforgeConfig
+
+    resolved = results / RESOLVED_CONFIG
+    return GymforgeConfig.model_validate(json.loads(resolved.read_text())) if resolved.exists() else None
+
+
+def _checkpoints(results: Path) -> StageStatus:
+    cfg = _config(results)
+    if cfg is None:
+        return StageStatus(planned=0)
+    done = (results / "checkpoints" / cfg.train.name / "train_report.json").exists()
+    return StageStatus(planned=1, done=int(done), ok=int(done))
+
+
+def _scores(results: Path) -> StageStatus:
+    """Benchmark runs: planned = models x tasks x runs_per_task; ok = runs that ended with a scored
+    submission; the others are counted by exit status. Runs of an unfinished job count as they finish."""
+    from gymforge.stages.evaluation import RunSummary, run_folder
+
+    cfg = _config(results)
+    if cfg is None:
+        return StageStatus(planned=0)
+    from gymforge.benchmark.suite import load_benchmark
+
+    try:
+        tasks = [t.id for t in load_benchmark(cfg.evaluate)]
+    except (OSError, ValueError):  # an MLGym checkout that moved since the run
+        tasks = []
+    runs = range(cfg.evaluate.runs_per_task)
+    stage = StageStatus(planned=len(cfg.evaluate.models) * len(tasks) * len(runs))
+    reasons: Counter[str] = Counter()
+    for model in cfg.evaluate.models:
+        for task in tasks:
+            for k in runs:
+                stamp = results / "scores" / "runs" / model.name / task / run_folder(model.name, task, k) / "run.json"
+                if not stamp.exists():
+                    continue
+                summary = RunSummary.model_validate(json.loads(stamp.read_text())["summary"])
+                stage.done += 1
+                if summary.valid_submission:
+                    stage.ok += 1
+                else:
+                    reasons[(summary.exit_status or "unknown").split(" ")[0]] += 1
+    stage.discarded = dict(sorted(reasons.items()))
+    return stage
+
+
+def collect(results: Path) -> dict:
+    results = Path(results)
+    n = _planned_slots(results)
+
+    def in_plan(item: str) -> bool:
+        return int(item[1:]) < n
+
+    batches = _read((results / "topics" / "batches").glob("b*.json"), TopicBatch)
+    slots = [s for b in batches for s in b.slots if in_plan(s.item)]
+    stages = {"topics": _tally(n, slots)}
+    for name, pattern, model in PER_SLOT_STAGES:
+        stages[name] = _tally(n, [r for r in _read(results.glob(pattern), model) if in_plan(r.item)])
+    stages["trajectories"] = _trajectories(results, [r for r in _read(results.glob("environments/t*/report.json"),
+                                                                    VerificationReport) if in_plan(r.item)])
+    stages["checkpoints"] = _checkpoints(results)
+    stages["scores"] = _scores(results)
+
+    from gymforge.llm.ledger import Ledger
+
+    # LLM usage per stage from the ledger: every request any run of the stage's jobs sent, retries and requests
+    # of killed or failed jobs included (item records hold only the last successful run's usage).
+    ledger = Ledger(results / "llm")
+    for name, t in ledger.totals(by=_funnel_stage).items():
+        if name in stages:
+            stages[name].usage = UsageRecord(**t)
+            stages[name].llm = LLMActivity(**t)
+    for name, failed in _failures(results).items():
+        if name in stages:
+            stages[name].failed = failed
+    cfg = _config(results)
+    return {
+        "results_dir": str(results),
+        "topics_planned": n,
+        "stages": {k: v.model_dump() for k, v in stages.items()},
+        "llm": {"requests_sent": ledger.request_count(),
+                **({"budget": ledger.budget(cfg.llm.budget_usd)} if cfg is not None else {})},
+        "lock": _lock_state(),
+    }
+
+
+def _funnel_stage(entry: dict) -> str:
+    """The funnel stage of a ledger entry: its job's (`tasks/t0003` -> tasks), else its client's."""
+    if entry.get("job"):
+        return entry["job"].split("/")[0]
+    return CLIENT_STAGES.get(entry.get("stage") or "?", entry.get("stage") or "?")
+
+
+def _failures(results: Path) -> dict[str, dict[str, int]]:
+    """Per stage, the failed jobs (`logs/<stage>/.../<item>.failed.json`) by reason code."""
+    out: dict[str, Counter[str]] = {}
+    for record in failed_jobs(results):
+        out.setdefault(record["job"].split("/")[0], Counter())[record.get("reason_code") or "unknown"] += 1
+    return {k: dict(sorted(v.items())) for k, v in out.items()}
+
+
+def failed_jobs(results: Path) -> list[dict]:
+    """Every failure record (`logs/.../<item>.failed.json`) of a results directory: job, reason code, reason, log."""
+    records = []
+    for path in sorted((Path(results) / "logs").glob("**/*.failed.json")):
+        try:
+            records.append(json.loads(path.read_text()))
+        except (OSError, ValueError):
+            continue
+    return records
+
+
+def _lock_state() -> str:
+    from gymforge.core.locks import stale_lock_state
+
+    return stale_lock_state(Path("."))[0]
+
+
+def render_table(report: dict, rates: dict[str, tuple[float | None, float | None]] | None = None) -> str:
+    """The funnel as a table; with `rates` (stage -> (items per minute, ETA seconds), from `stage_rates`) two more
+    columns, `/min` and `ETA`."""
+    head = (f"{'stage':<12} {'planned':>7} {'done':>5} {'ok':>4} {'discarded':>9} {'skipped':>7} {'failed':>6} "
+            f"{'calls':>6} {'retry':>5} {'killed':>6} {'cached':>6} {'tokens':>8} {'cost $':>8}")
+    if rates is not None:
+        head += f" {'/min':>7} {'ETA':>8}"
+    lines = [f"results: {report['results_dir']}", head, "-" * len(head)]
+    for name, s in report["stages"].items():
+        u, llm = s["usage"], s["llm"]
+        row = (
+            f"{name:<12} {s['planned']:>7} {s['done']:>5} {s['ok']:>4} {sum(s['discarded'].values()):>9} "
+            f"{s['skipped']:>7} {sum(s['failed'].values()):>6} {u['calls']:>6} {llm['retries']:>5} "
+            f"{llm['killed_in_flight']:>6} {u['cache_hits']:>6} {u['prompt_tokens'] + u['completion_tokens']:>8} "
+            f"{u['cost_usd']:>8.4f}")
+        if rates is not None:
+            rate, eta = rates.get(name, (None, None))
+            row += f" {_fmt_rate(rate):>7} {_fmt_eta(s, eta):>8}"
+        lines.append(row)
+        for code, count in s["discarded"].items():
+            lines.append(f"{'':<12}{code}: {count}")
+        for code, count in s["failed"].items():
+            lines.append(f"{'':<12}failed ({code}): {count}")
+        if llm["errors"]:
+            lines.append(f"{'':<12}failed attempts: " + ", ".join(f"{k} {v}" for k, v in sorted(llm["errors"].items())))
+    lines.append(f"LLM requests sent (all time, this results dir, every attempt): {report['llm']['requests_sent']}")
+    if budget := report["llm"].get("budget"):
+        lines.append(f"LLM budget: ${budget['budget_usd']:.4f}, spent ${budget['spent_usd']:.4f} "
+                     f"({budget['spent_usd'] / budget['budget_usd']:.0%}), reserved ${budget['reserved_usd']:.4f} by "
+                     f"{budget['in_flight']} requests in flight, remaining ${budget['remaining_usd']:.4f}")
+    if report.get("lock") == "stale":
+        lines.append("Snakemake lock: stale (left by a killed run); the next snakemake run removes it")
+    elif report.get("lock") == "unknown":
+        lines.append("Snakemake lock: present; if no Snakemake runs here, clear it with: snakemake --unlock")
+    return "\n".join(lines)
+
+
+# ---- watch ------------------------------------------------------------------------------------------
+
+
+def _fmt_rate(rate: float | None) -> str:
+    if rate is None:
+        return "-"
+    return f"{rate:.1f}" if rate < 100 else f"{rate:.0f}"
+
+
+def _fmt_eta(stage: dict, eta: float | None) -> str:
+    from gymforge.core.progress import fmt_duration
+
+    if stage["planned"] and stage["done"] >= stage["planned"]:
+        return "done"
+    return fmt_duration(eta) if eta is not None else "-"
+
+
+def stage_rates(first: tuple[float, dict], last: tuple[float, dict]) -> dict[str, tuple[float | None, float | None]]:
+    """Per stage, (items done per minute, seconds left at that pace) between two (time, `collect()` report)
+    snapshots; (None, None) where nothing finished in between (not derivable)."""
+    (t0, r0), (t1, r1) = first, last
+    span = t1 - t0
+    out: dict[str, tuple[float | None, float | None]] = {}
+    for name, stage in r1["stages"].items():
+        before = r0["stages"].get(name, {}).get("done", 0)
+        gained = stage["done"] - before
+        if span <= 0 or gained <= 0:
+            out[name] = (None, None)
+            continue
+        per_s = gained / span
+        out[name] = (per_s * 60, max(0, stage["planned"] - stage["done"]) / per_s)
+    return out
+
+
+def watch(results: Path, interval: float = 5.0, count: int | None = None, *, out=None, tty: bool | None = None,
+          sleep=None, clock=None, window_s: float = 600.0) -> int:
+    """Redraw the funnel every `interval` seconds until interrupted (or `count` tables): the screen is cleared
+    on a terminal, tables follow each other otherwise. Rates and ETAs come from how many items finished while
+    watching (over the last `window_s` seconds). Returns the number of tables shown."""
+    import sys
+    import time
+    from datetime import datetime
+
+    from gymforge.core.progress import fmt_duration
+
+    out = out if out is not None else sys.stdout
+    if tty is None:
+        isatty = getattr(out, "isatty", None)
+        tty = bool(isatty and isatty())
+    sleep = sleep or time.sleep
+    clock = clock or time.monotonic
+    start = clock()
+    history: list[tuple[float, dict]] = []
+    shown = 0
+    try:
+        while True:
+            report = collect(Path(results))
+            now = clock()
+            history.append((now, report))
+            while len(history) > 2 and now - history[1][0] >= window_s:
+                history.pop(0)  # keep one snapshot at least window_s old, so the rate follows the recent pace
+            rates = stage_rates(history[0], history[-1])
+            header = (f"gymforge status --watch: {datetime.now().strftime('%H:%M:%S')}, watching for "
+                      f"{fmt_duration(now - start)}, every {interval:g}s (Ctrl-C to stop); /min and ETA from "
+                      "items finished while watching")
+            text = header + "\n" + render_table(report, rates=rates)
+            out.write(("\x1b[H\x1b[2J" + text + "\n") if tty else (text + "\n\n"))
+            out.flush()
+            shown += 1
+            if count is not None and shown >= count:
+                break
+            sleep(interval)
+    except KeyboardInterrupt:
+        out.write("\n")
+    return shown
