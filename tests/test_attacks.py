@@ -48,10 +48,10 @@ ALL = tuple(ENTRIES)
 CODE = tuple(P.CODE_ENTRIES)  # entrypoints whose evaluation runs submitted code
 
 # Attacks that still succeed against the current code: (test, entrypoint, backend) -> what leaks.
-_MOUNTINFO = "/proc/self/mountinfo shows the bind mounts' host sources"
 OPEN: dict[tuple[str, str, str], str] = {
-    ("host_paths_session", "csv", "local"): _MOUNTINFO + " (the venv under the checkout, the workspace's run dir)",
-    ("host_paths_session", "csv", "docker"): _MOUNTINFO + " (the workspace's run dir)",
+    ("host_paths_session", "csv", "local"): (
+        "/proc/self/mountinfo shows the venv's host path (under the checkout) as the source and a mount point of the "
+        "read-only venv bind: its scripts' shebangs name that path; the workspace no longer shows"),
 }
 
 
@@ -692,6 +692,20 @@ def test_no_host_path_in_the_session(entry_name: str, backend_name: str, backend
             seen[action] = ep.tool(action)
         leaks = {k: p for k, v in seen.items() for p in host_paths(tmp_path) if p in v}
         assert not leaks, f"host paths seen by the agent: {leaks}"
+
+
+@pytest.mark.parametrize("entry_name, backend_name", cases("run_dir_in_mountinfo", ("csv",)))
+def test_no_run_dir_in_the_mount_table(entry_name: str, backend_name: str, backend, tmp_path: Path) -> None:
+    """/proc/self/mountinfo names each bind mount's source path within its file system: the workspace and the
+    data under it must not show the run directory (the workspace is a file system of its own where the disk cap
+    is hard). (Session-level: the same for every entrypoint.)"""
+    if not disk.available():
+        pytest.xfail("no file system of its own for the workspace here: its bind source is the host run dir")
+    with episode(entry_name, backend, tmp_path) as ep:
+        out = ep.sh("cat /proc/self/mountinfo").output
+        assert " /workspace " in out, out
+        leaks = [line for line in out.splitlines() if str(tmp_path) in line or str(tmp_path.resolve()) in line]
+        assert not leaks, f"the run directory in the mount table: {leaks}"
 
 
 @pytest.mark.slow
