@@ -1,7 +1,7 @@
 # Stage 3.8a: every model in evaluate.models runs every benchmark task runs_per_task times (one job per
 # model and task), after a decontamination check of the benchmark against the synthesized tasks.
 from gymforge.benchmark.suite import load_benchmark
-from gymforge.core.plan import run_ids
+from gymforge.core.plan import run_ids, teacher_identity
 
 BENCHMARK = load_benchmark(CFG.evaluate)
 BENCHMARK_TASKS = [t.id for t in BENCHMARK]
@@ -45,6 +45,8 @@ rule eval_runs:
     params:
         digest=CFG.digest("seed", "sandbox", "evaluate"),
         spec=lambda w: model_spec(CFG, w.model).model_dump_json(),
+        # a teacher's runs rerun when llm.teacher changes (model, endpoint, sampling); the others' do not
+        teacher=lambda w: teacher_identity(CFG, model_spec(CFG, w.model)),
         runs=" ".join(map(str, run_ids(CFG))),
         checkpoint=lambda w: f"--checkpoint {shlex.quote(model_checkpoint(w))}" if model_checkpoint(w) else "",
     resources:

@@ -71,6 +71,15 @@ def run_ids(cfg: GymforgeConfig) -> list[int]:
     return list(range(cfg.evaluate.runs_per_task))
 
 
+def teacher_identity(cfg: GymforgeConfig, spec: ModelSpec) -> str:
+    """What a `teacher` model's answers depend on beyond its spec: the endpoint `llm.teacher` (provider, model,
+    URL, sampling). Empty for the other sources, whose identity is their spec and checkpoint. Part of the
+    `eval_runs` rule's params and of the runs' resume fingerprint."""
+    if spec.source != "teacher":
+        return ""
+    return cfg.llm.teacher.model_dump_json(include={"provider", "base_url", "model", "temperature", "max_tokens"})
+
+
 def model_spec(cfg: GymforgeConfig, name: str) -> ModelSpec:
     for spec in cfg.evaluate.models:
         if spec.name == name:

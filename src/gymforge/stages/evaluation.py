@@ -28,7 +28,7 @@ from gymforge.agent.trajectory import Trajectory
 from gymforge.core.config import EndpointConfig, GymforgeConfig, ModelSpec
 from gymforge.core.progress import Progress
 from gymforge.core.records import ItemRecord, UsageRecord, derive_seed, text_hash
-from gymforge.core.plan import SERVED_SOURCES, model_spec, run_ids  # noqa: F401  (re-exported)
+from gymforge.core.plan import SERVED_SOURCES, model_spec, run_ids, teacher_identity  # noqa: F401  (re-exported)
 
 log = logging.getLogger("gymforge.evaluation")
 
@@ -81,14 +81,6 @@ def checkpoint_tag(checkpoint: str | None) -> str:
 
 def served_name(spec: ModelSpec, checkpoint: str | None) -> str:
     return f"{spec.name}-{checkpoint_tag(checkpoint)}" if spec.source in SERVED_SOURCES else spec.name
-
-
-def teacher_identity(cfg: GymforgeConfig, spec: ModelSpec) -> str:
-    """What a `teacher` model's answers depend on beyond its spec: the endpoint `llm.teacher` (provider, model,
-    URL, sampling). Empty for the other sources, whose identity is their spec and checkpoint."""
-    if spec.source != "teacher":
-        return ""
-    return cfg.llm.teacher.model_dump_json(include={"provider", "base_url", "model", "temperature", "max_tokens"})
 
 
 def fingerprint(cfg: GymforgeConfig, spec: ModelSpec, task_yaml: Path, served: str) -> str:
