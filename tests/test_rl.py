@@ -257,7 +257,7 @@ logging.basicConfig(level=logging.INFO)
 from pathlib import Path
 sys.path.insert(0, {tests!r})
 from test_rl import fake_episode, make_cfg, fake_tasks
-from gymforge.stages.rl import train_rl
+from gymforge.stages.rl import run_rl
 
 cfg = make_cfg(iterations={iterations})
 out = Path({out!r})
@@ -269,7 +269,7 @@ def collect(policy_dir, iteration, plans):
     return [(p, fake_episode(p.seed, random.Random(p.seed).random() < 0.5, rejected=p.seed % 2 == 0), 1.0)
             for p in plans]
 
-train_rl(cfg, Path({sft!r}), fake_tasks(Path({tasks!r})), out / "checkpoint", out / "curve.json", collect=collect)
+run_rl(cfg, Path({sft!r}), fake_tasks(Path({tasks!r})), out / "checkpoint", out / "curve.json", collect=collect)
 '''
 
 
@@ -335,7 +335,7 @@ def test_resume_after_kill_between_iterations(student: Path, tmp_path: Path) -> 
 
 
 def test_curve_schema_and_update(student: Path, tmp_path: Path) -> None:
-    from gymforge.stages.rl import train_rl
+    from gymforge.stages.rl import run_rl
 
     cfg = make_cfg(iterations=2, improve_fraction=0.5)
     seen_plans: list[list[Any]] = []
@@ -344,7 +344,7 @@ def test_curve_schema_and_update(student: Path, tmp_path: Path) -> None:
         seen_plans.append(plans)
         return [(p, fake_episode(p.seed, k % 2 == 0), 1.0) for k, p in enumerate(plans)]
 
-    curve = train_rl(cfg, student, fake_tasks(tmp_path / "task"), tmp_path / "rl" / "checkpoint",
+    curve = run_rl(cfg, student, fake_tasks(tmp_path / "task"), tmp_path / "rl" / "checkpoint",
                      tmp_path / "rl" / "curve.json", collect=collect)
     rows = curve["iterations"]
     assert [r["iteration"] for r in rows] == [0, 1]

@@ -39,6 +39,7 @@ STEPS: dict[str, tuple[str, str]] = {  # verb: (module:function, help)
     "sft-plots": ("gymforge.stages.sft:sft_plots", "plots of the trajectory stage (kept per task; Figure-4-style stats)"),
     "student-base": ("gymforge.stages.training:student_base", "build the student's base model (offline: a tiny random-init Qwen3)"),
     "train-student": ("gymforge.stages.training:train_student", "stage 3.7: SFT of the student with TRL (run it with accelerate for several GPUs)"),
+    "train-rl": ("gymforge.stages.rl:train_rl", "stage 3.9: on-policy RL (GRPO, duration-aware) of the SFT student on micro tasks"),
     "decontamination": ("gymforge.stages.evaluation:decontamination", "fail if a synthesized task shares a dataset or task family with the benchmark"),
     "eval-runs": ("gymforge.stages.evaluation:eval_runs", "stage 3.8: run (or resume) one model's runs on one benchmark task"),
     "score-table": ("gymforge.stages.scores:score_table", "stage 3.8: Best Attempt / Best Submission, AUP and plots"),
@@ -135,18 +136,6 @@ def _cmd_export_sft(args) -> None:
     results = Path(args.results) if args.results else _config(args).results
     out = export_sft(results, Path(args.dir))
     print(f"{out}: ready for datasets.load_dataset({str(out)!r}) and push_to_hub (see {out / 'README.md'})")
-
-
-def _cmd_train_rl(args) -> None:
-    from gymforge.stages.rl import load_tasks, train_rl
-
-    tasks = load_tasks(args.slots, [Path(p) for p in args.reports], [Path(p) for p in args.envs],
-                       [Path(p) for p in args.proposals])
-    curve = train_rl(_config(args), Path(args.sft), tasks, Path(args.out), Path(args.curve_out),
-                     log_file=Path(args.log) if args.log else None)
-    rows = curve["iterations"]
-    print(f"{len(rows)} RL iterations: mean reward first quarter {curve.get('first_quarter_mean_reward')} -> "
-          f"last quarter {curve.get('last_quarter_mean_reward')}")
 
 
 def _cmd_aup(args) -> None:
@@ -280,13 +269,6 @@ def build_parser() -> argparse.ArgumentParser:
                    "OUT/stats.json")
     p.add_argument("--tokenizer", default=None, help="the student's tokenizer (default: "
                    "<results_dir>/student/tokenizer of --config)")
-
-    p = command("train-rl", _cmd_train_rl, "stage 3.9: on-policy RL (GRPO) of the SFT student on micro tasks")
-    for flag in ("--sft", "--out", "--curve-out"):
-        p.add_argument(flag, required=True)
-    for flag in ("--slots", "--reports", "--envs", "--proposals"):
-        p.add_argument(flag, nargs="+", required=True, help="one per RL task, in the same order")
-    p.add_argument("--log", default=None, help="the job's log; the policy server logs to <log stem>.server.log")
 
     p = command("aup", _cmd_aup, "AUP of a directory of MLGym-format run folders (<model>__<task>__*/results.json)",
                 config=False)

@@ -1,6 +1,6 @@
 """Stage 3.9: on-policy RL of the SFT student on (micro-scale) verified tasks; rule `train_rl`, target `rl`.
 
-`train_rl(cfg, sft_checkpoint, tasks, checkpoint_out, curve_out)` runs `rl.iterations` iterations of:
+`train_rl` (the rule's step; `run_rl` with loaded tasks) runs `rl.iterations` iterations of:
 
 1. serve the current policy through the benchmark's serving seam (`open_endpoint`: transformers on CPU,
    vLLM on GPUs) under a name that changes every iteration (no cached reply of an older policy is reused);
@@ -196,7 +196,7 @@ def quarter_means(rows: list[dict[str, Any]]) -> tuple[float, float] | None:
     return sum(first) / len(first), sum(last) / len(last)
 
 
-def train_rl(cfg: GymforgeConfig, sft_checkpoint: Path, tasks: list[Any], checkpoint_out: Path, curve_out: Path,
+def run_rl(cfg: GymforgeConfig, sft_checkpoint: Path, tasks: list[Any], checkpoint_out: Path, curve_out: Path,
              *, collect: Collector | None = None, log_file: Path | None = None) -> dict[str, Any]:
     """Run (or resume) the RL iterations; write the final checkpoint and curve.json. Returns the curve."""
     import torch
@@ -306,3 +306,13 @@ def load_tasks(slots: list[str], reports: list[Path], envs: list[Path], proposal
     from gymforge.rl.rollouts import load_task
 
     return [load_task(s, r, e, p) for s, r, e, p in zip(slots, reports, envs, proposals)]
+
+
+def train_rl(cfg: GymforgeConfig, sft: Path, slots: list[str], reports: list[Path], envs: list[Path],
+             proposals: list[Path], out: Path, curve_out: Path, log: Path | None = None) -> str:
+    """Run (or resume) on-policy RL of the SFT student on the slots' tasks (one report, environment and
+    proposal per slot, in order); write the final checkpoint to `out` and the reward curve to `curve_out`."""
+    curve = run_rl(cfg, Path(sft), load_tasks(slots, reports, envs, proposals), Path(out), Path(curve_out),
+                   log_file=log)
+    return (f"{len(curve['iterations'])} RL iterations: mean reward first quarter "
+            f"{curve.get('first_quarter_mean_reward')} -> last quarter {curve.get('last_quarter_mean_reward')}")
