@@ -26,7 +26,10 @@ TASKS = ("blobClustering", "graphColoring")
 MEASURE = r"""
 import json, statistics, sys, tempfile, time
 from pathlib import Path
-from gymforge.tasks.environment import TaskEnvironment
+try:
+    from gymforge.tasks.environment import TaskEnvironment
+except ImportError:  # the code before the layout of issue #15
+    from gymforge.environment import TaskEnvironment
 from gymforge.sandbox import Limits, get_sandbox
 root, task, repeats = Path(sys.argv[1]), sys.argv[2], int(sys.argv[3])
 env = TaskEnvironment(root / "configs/tasks" / f"{task}.yaml", root=root, sandbox=get_sandbox("local"),

@@ -317,3 +317,25 @@ def test_no_host_path_in_the_sandbox_environment(ws: Path) -> None:
     r = LocalBackend("bwrap").run_once(ws, ["bash", "-c", "env; ps -ef; pwd"], timeout=30, limits=LIMITS)
     assert r.exit_code == 0, r.output
     assert str(ws) not in r.output and str(Path.cwd()) not in r.output and "/opt/venv/bin" in r.output
+
+
+@needs_bwrap
+def test_the_sandbox_resolves_its_own_hostname_and_none_of_the_hosts(ws: Path) -> None:
+    """torchrun's c10d store looks up the sandbox's hostname: it must resolve (to loopback), from a hosts file of
+    the sandbox's own that names nothing of the host."""
+    host = socket.gethostname()
+    r = LocalBackend("bwrap").run_once(ws, ["bash", "-c", "hostname; getent hosts $(hostname) || echo UNRESOLVED; cat /etc/hosts"],
+                                       timeout=30, limits=LIMITS)
+    lines = r.output.splitlines()
+    assert lines[0] == "sandbox" and "UNRESOLVED" not in r.output, r.output
+    assert lines[1].split()[0] in ("127.0.0.1", "::1") and lines[1].split()[-1] == "sandbox", r.output
+    assert host == "sandbox" or host not in r.output.split(), r.output
+
+
+@needs_bwrap
+def test_torchrun_standalone_starts_in_the_sandbox(ws: Path) -> None:
+    pytest.importorskip("torch")
+    (ws / "probe.py").write_text("import os\nprint('rank', os.environ['RANK'], 'of', os.environ['WORLD_SIZE'])\n")
+    r = LocalBackend("bwrap").run_once(ws, ["torchrun", "--nproc_per_node=1", "--standalone", "probe.py"],
+                                       timeout=180, limits=Limits(memory_mb=4096))
+    assert r.exit_code == 0 and "rank 0 of 1" in r.output, r.output[-2000:]

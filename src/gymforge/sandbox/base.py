@@ -13,6 +13,7 @@ import signal
 import stat
 import time
 from pathlib import Path, PurePosixPath
+from collections.abc import Mapping, Sequence
 from typing import Any, Protocol
 
 from pydantic import BaseModel, Field, field_validator
@@ -106,7 +107,7 @@ class SandboxBackend(Protocol):
         ...
 
     def open(
-        self, workspace: Path, *, limits: Limits, mounts: list[Mount] = [], env: dict[str, str] = {}
+        self, workspace: Path, *, limits: Limits, mounts: Sequence[Mount] = (), env: Mapping[str, str] | None = None
     ) -> Session: ...
 
     def run_once(
@@ -116,8 +117,8 @@ class SandboxBackend(Protocol):
         *,
         timeout: float,
         limits: Limits,
-        mounts: list[Mount] = [],
-        env: dict[str, str] = {},
+        mounts: Sequence[Mount] = (),
+        env: Mapping[str, str] | None = None,
         read_only: bool = False,
         within: Session | None = None,
     ) -> ExecResult:
@@ -135,8 +136,9 @@ def looks_secret(name: str) -> bool:
     return name.upper() not in _NOT_SECRET and bool(_SECRET.search(name))
 
 
-def sandbox_env(extra: dict[str, str], *, home: str, path: str, network: bool) -> dict[str, str]:
+def sandbox_env(extra: Mapping[str, str] | None, *, home: str, path: str, network: bool) -> dict[str, str]:
     """A minimal environment built from scratch: nothing of the parent leaks except what is named here."""
+    extra = dict(extra or {})
     if bad := sorted(k for k in extra if looks_secret(k)):
         raise SandboxError(f"refusing to pass secret-looking variables into a sandbox: {', '.join(bad)}")
     env = {

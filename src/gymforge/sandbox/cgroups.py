@@ -150,7 +150,7 @@ class SandboxGroup:
     def limit_hit(self) -> str | None:
         """The group limit hit since the last call, in words."""
         now = self._counters()
-        ooms, forks = (a - b for a, b in zip(now, self._seen))
+        ooms, forks = (a - b for a, b in zip(now, self._seen, strict=True))
         self._seen = now
         if ooms:
             return f"memory: {self.memory_mb} MiB for the whole sandbox (a process was killed)"

@@ -5,9 +5,9 @@ image loop-mounted over its own host directory: a write past the cap fails at on
 the writer (`fallocate -l 50G`, dd), and nothing of the host's disk beyond the cap can be taken. The host path
 stays the same, so the host-side steps (file tools, the evaluation's copy-out) and the sandbox's bind mount
 (bubblewrap, or the docker daemon's) see the same files. The image is populated from the directory when the
-first sandbox opens (`mkfs.ext4 -d`), unlinked as soon as it is mounted (the loop device keeps it, so a
-crash leaves no file behind), and copied back to a plain directory when the last sandbox on the workspace
-closes. Nested users of one workspace (an episode's session and a run on the same workspace) share one image.
+first sandbox opens (`mkfs.ext4 -d`), unlinked as soon as it is mounted (the loop device keeps it: a crash
+leaves no image file, but the mount stays, with the files, until someone unmounts it), and copied back to a
+plain directory when the last sandbox on the workspace closes. Nested users of one workspace (an episode's session and a run on the same workspace) share one image.
 
 This needs root, `mkfs.ext4` and loop devices. Where any is missing (or a workspace is already a mount point
 of its own) `acquire` returns False, once logged, and the caller falls back to polling the tree's size
@@ -30,8 +30,16 @@ from pathlib import Path
 
 log = logging.getLogger(__name__)
 
-_lock = threading.Lock()
-_held: dict[str, int] = {}  # workspace -> sandboxes open on it
+class _Held:
+    """The sandboxes open on one workspace; its lock serialises their first open and last close (the copies)."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.refs = 0
+
+
+_lock = threading.Lock()  # guards _held itself, never held during a copy
+_held: dict[str, _Held] = {}
 _SLACK = 64 << 20  # room above the workspace's current size when it already exceeds the cap (cleaning up needs some)
 
 
@@ -94,16 +102,22 @@ def available() -> bool:
 def capped(workspace: Path) -> bool:
     """Whether a sandbox of this process holds `workspace` on its own capped file system."""
     with _lock:
-        return str(workspace) in _held
+        held = _held.get(str(workspace))
+    return held is not None and held.refs > 0
+
+
+def _entry(workspace: Path) -> _Held:
+    with _lock:
+        return _held.setdefault(str(workspace), _Held())
 
 
 def acquire(workspace: Path, cap_mb: int) -> bool:
     """Put `workspace` (a resolved host path, no sandbox running on it) on a file system of about `cap_mb` MiB,
     or count one more user of the one it is on. False: not possible here, the caller polls instead."""
-    key = str(workspace)
-    with _lock:
-        if key in _held:
-            _held[key] += 1
+    held = _entry(workspace)
+    with held.lock:
+        if held.refs:
+            held.refs += 1
             return True
         if not available() or os.path.ismount(workspace):
             return False
@@ -112,22 +126,20 @@ def acquire(workspace: Path, cap_mb: int) -> bool:
         except (OSError, subprocess.SubprocessError) as err:
             log.warning("workspace %s stays on the host's disk, its cap polled: %s", workspace.name, err)
             return False
-        _held[key] = 1
+        held.refs = 1
         return True
 
 
 def release(workspace: Path) -> None:
     """One user of `workspace` is done (its processes are gone); the last one puts the files back on the host's
     disk and removes the file system."""
-    key = str(workspace)
-    with _lock:
-        if key not in _held:
+    held = _entry(workspace)
+    with held.lock:
+        if held.refs == 0:
             return
-        _held[key] -= 1
-        if _held[key] > 0:
-            return
-        del _held[key]
-        _restore(workspace)
+        held.refs -= 1
+        if held.refs == 0:  # the entry stays: a later acquire must wait on this same lock until the copy is done
+            _restore(workspace)
 
 
 def _sibling(workspace: Path, what: str) -> Path:

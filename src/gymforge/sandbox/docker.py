@@ -29,6 +29,7 @@ import select
 import socket
 import struct
 import time
+from collections.abc import Mapping, Sequence
 from pathlib import Path, PurePosixPath
 from typing import Any, Literal
 
@@ -168,7 +169,7 @@ class DockerBackend:
         self.max_output = max_output
 
     def _run(
-        self, ws: Path, command: list[str], limits: Limits, mounts: list[Mount], env: dict[str, str],
+        self, ws: Path, command: list[str], limits: Limits, mounts: Sequence[Mount], env: Mapping[str, str] | None,
         ws_read_only: bool = False, cgroup_parent: str | None = None,
     ) -> Any:
         t = self._docker.types
@@ -214,13 +215,13 @@ class DockerBackend:
             **kwargs,
         )
 
-    def _mount_points(self, ws: Path, mounts: list[Mount]) -> list[Path]:
+    def _mount_points(self, ws: Path, mounts: Sequence[Mount]) -> list[Path]:
         targets = [PurePosixPath(resolve_target(m.target, WORKDIR)) for m in mounts]
         inside = [ws / t.relative_to(WORKDIR) for t in targets if t.is_relative_to(WORKDIR)]
         return mount_points(ws, inside, None)
 
     def open(
-        self, workspace: Path, *, limits: Limits, mounts: list[Mount] = [], env: dict[str, str] = {}
+        self, workspace: Path, *, limits: Limits, mounts: Sequence[Mount] = (), env: Mapping[str, str] | None = None
     ) -> Session:
         ws = _workspace(workspace)
         hard = disk.acquire(ws, limits.disk_mb)
@@ -266,8 +267,8 @@ class DockerBackend:
         *,
         timeout: float,
         limits: Limits,
-        mounts: list[Mount] = [],
-        env: dict[str, str] = {},
+        mounts: Sequence[Mount] = (),
+        env: Mapping[str, str] | None = None,
         read_only: bool = False,
         within: Session | None = None,
     ) -> ExecResult:

@@ -38,6 +38,7 @@ import sys
 import tempfile
 import threading
 import time
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Callable, Literal
 
@@ -119,13 +120,18 @@ class _View:
         self.args += ["--perms", "1777", "--size", str(size_mb << 20), "--tmpfs", dst]
         self._tmpfs.add(dst)
 
+    def data(self, fd: str, dst: str) -> None:
+        """A read-only file of the sandbox's own, its content read from `fd`."""
+        self._parents(dst)
+        self.args += ["--perms", "0644", "--ro-bind-data", fd, dst]
+
     def special(self, flag: str, dst: str) -> None:
         self.args += [flag, dst]
         self._tmpfs.add(dst)
 
 
 def _bwrap_argv(
-    ws: Path, limits: Limits, mounts: list[Mount], uid: int | None, gpus: bool, ws_read_only: bool = False
+    ws: Path, limits: Limits, mounts: Sequence[Mount], uid: int | None, gpus: bool, ws_read_only: bool = False
 ) -> list[str]:
     """bwrap's arguments: the host workspace `ws` appears at WORKDIR, relative mount targets under it."""
     a = ["bwrap", "--die-with-parent", "--new-session", "--unshare-ipc", "--unshare-pid", "--unshare-uts"]
@@ -146,7 +152,7 @@ def _bwrap_argv(
         if os.path.exists(p := f"/etc/{name}"):
             v.bind("--ro-bind", p, p)
     # The sandbox's own hostname must resolve (torchrun's c10d store looks it up), and the host's names stay out.
-    v.args += ["--perms", "0644", "--ro-bind-data", _HOSTS_FD, "/etc/hosts"]
+    v.data(_HOSTS_FD, "/etc/hosts")
     v.special("--proc", "/proc")
     v.special("--dev", "/dev")
     v.tmpfs("/tmp", limits.tmp_mb)
@@ -421,8 +427,8 @@ class LocalBackend:
         return WORKDIR if self.confinement == "bwrap" else str(workspace.resolve())
 
     def _prepare(
-        self, workspace: Path, limits: Limits, mounts: list[Mount], env: dict[str, str], ws_read_only: bool = False,
-        within: Session | None = None,
+        self, workspace: Path, limits: Limits, mounts: Sequence[Mount], env: Mapping[str, str] | None,
+        ws_read_only: bool = False, within: Session | None = None,
     ) -> tuple[Path, list[str], dict[str, str], Callable[[], None], LimitWatch]:
         """The argv prefix and environment of one sandbox, its limit watch and the cleanup to run when it is gone."""
         ws = workspace.resolve()
@@ -437,10 +443,10 @@ class LocalBackend:
             raise
 
     def _prepare_on(
-        self, ws: Path, limits: Limits, mounts: list[Mount], env: dict[str, str], ws_read_only: bool,
+        self, ws: Path, limits: Limits, mounts: Sequence[Mount], env: Mapping[str, str] | None, ws_read_only: bool,
         within: Session | None, hard: bool,
     ) -> tuple[Path, list[str], dict[str, str], Callable[[], None], LimitWatch]:
-        extra = dict(env)
+        extra = dict(env or {})
         if self.gpus and "CUDA_VISIBLE_DEVICES" in os.environ:
             extra.setdefault("CUDA_VISIBLE_DEVICES", os.environ["CUDA_VISIBLE_DEVICES"])
         python_bin = f"{VENV}/bin" if self.confinement == "bwrap" and _venv() else str(Path(sys.executable).parent)
@@ -481,7 +487,7 @@ class LocalBackend:
         return ws, prefix, full_env, cleanup, LimitWatch(ws, limits, group, hard=hard)
 
     def open(
-        self, workspace: Path, *, limits: Limits, mounts: list[Mount] = [], env: dict[str, str] = {}
+        self, workspace: Path, *, limits: Limits, mounts: Sequence[Mount] = (), env: Mapping[str, str] | None = None
     ) -> Session:
         ws, prefix, full_env, cleanup, watch = self._prepare(workspace, limits, mounts, env)
         argv = prefix + ["bash", "--noprofile", "--norc"]
@@ -501,8 +507,8 @@ class LocalBackend:
         *,
         timeout: float,
         limits: Limits,
-        mounts: list[Mount] = [],
-        env: dict[str, str] = {},
+        mounts: Sequence[Mount] = (),
+        env: Mapping[str, str] | None = None,
         read_only: bool = False,
         within: Session | None = None,
     ) -> ExecResult:
@@ -548,7 +554,7 @@ def _then(first: Callable[[], None], second: Callable[[], None]) -> Callable[[],
     return both
 
 
-def _link_mounts(ws: Path, mounts: list[Mount]) -> list[Path]:
+def _link_mounts(ws: Path, mounts: Sequence[Mount]) -> list[Path]:
     """Without bwrap a mount is a symlink in the workspace; read-only is then not enforced."""
     created: list[Path] = []
     for m in mounts:
