@@ -17,6 +17,12 @@ if workflow.is_main_process:
     clear_stale_locks()
 
 
+# `snakemake --lint` is clean apart from "Specify a conda environment or container for each rule": deliberately
+# absent. Every job runs `python -m gymforge` with the interpreter that runs Snakemake (rules/common.smk), so the
+# software is the installed gymforge package and its pinned dependencies (pyproject.toml), one environment for all
+# steps; a per-rule conda env would install that same package 16 times. Task and agent code does not run in the
+# job's environment but in the sandbox (`sandbox.backend`: bubblewrap over the venv, or the docker image built by
+# scripts/docker_sandbox.sh), which is where a container belongs; on a cluster the profile's executor provides it.
 include: "rules/common.smk"
 include: "rules/topics.smk"
 include: "rules/proposals.smk"
@@ -34,6 +40,8 @@ include: "rules/scores.smk"
 
 rule run_config:
     """The config of the latest real run, for `gymforge status` and provenance."""
+    input:
+        CONFIG_JSON,
     output:
         f"{R}/config.json",
     params:
@@ -41,7 +49,7 @@ rule run_config:
     log:
         f"{LOGS}/run_config.log",
     shell:
-        "cp {CONFIG_JSON} {output} 2> {log}"
+        "cp {input} {output} 2> {log}"
 
 
 rule all:

@@ -19,7 +19,8 @@ rule student_tokenizer:
         f"{LOGS}/student/tokenizer.log",
     params:
         digest=CFG.digest("student"),
-        templates=str(templates_dir()),
+        # the folder of the declared templates (offline), else the package's (a hub tokenizer ignores it)
+        templates=lambda w, input: Path(input.templates[0]).parent if input.templates else templates_dir(),
     shell:
         gymforge(
             "student-tokenizer",

@@ -34,7 +34,7 @@ rule train_student:
         digest=CFG.digest("seed", "train"),
         # python -m gymforge train-student, or accelerate launch with the strategy's config for several GPUs
         launch=shlex.join(launch_command(CFG, [])),
-        base=STUDENT_BASE,
+        base=lambda w, input: input.base[0] if input.base else STUDENT_BASE,  # the built base, or the hub id / path
     resources:
         gpu=CFG.train.gpus,
         mem_mb=CFG.train.mem_mb,
