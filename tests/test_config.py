@@ -1,6 +1,12 @@
-import pytest
+from pathlib import Path
+from typing import Any
 
-from gymforge.core.config import ConfigError, load_config, validate_config
+import pytest
+import yaml
+
+from gymforge.core.config import ConfigError, GymforgeConfig, load_config, validate_config
+
+REPO = Path(__file__).resolve().parents[1]
 
 
 def test_default_config_file_is_valid_and_offline():
@@ -51,3 +57,75 @@ def test_rerun_digest_ignores_topic_count_budget_and_price():
     assert base.digest("seed", "teacher", "topics") == changed.digest("seed", "teacher", "topics")
     reseeded = validate_config({"seed": 1})
     assert base.digest("seed", "teacher", "topics") != reseeded.digest("seed", "teacher", "topics")
+
+
+def _readme_config_rows() -> list[list[str]]:
+    """The rows of the README's "Configuration" table: key | default | config.yaml | meaning."""
+    text = (REPO / "README.md").read_text()
+    section = text[text.index("\n## Configuration\n"):]
+    section = section[:section.index("\n## ", 1)]
+    lines = [ln for ln in section.splitlines() if ln.startswith("| ")]
+    assert lines[0].split("|")[1:4] == [" key ", " default ", " `config.yaml` "], lines[0]
+    return [[cell.strip() for cell in ln.strip().strip("|").split("|")] for ln in lines[1:] if not ln.startswith("|---")]
+
+
+def _table_keys(cell: str) -> list[str]:
+    """"`llm.teacher.base_url`, `model`" -> llm.teacher.base_url, llm.teacher.model (later keys share the first's parent)."""
+    keys = [k.strip().strip("`") for k in cell.split(",")]
+    parent = keys[0].rpartition(".")[0]
+    return [keys[0], *(k if "." in k else f"{parent}.{k}" if parent else k for k in keys[1:])]
+
+
+def _table_value(cell: str) -> Any:
+    cell = cell.strip().strip("`")
+    if " / " in cell:  # a price: input / output per million tokens
+        return {"input_per_mtok": float(cell.split(" / ")[0]), "output_per_mtok": float(cell.split(" / ")[1])}
+    if cell in ("null", "true", "false"):
+        return {"null": None, "true": True, "false": False}[cell]
+    for kind in (int, float):
+        try:
+            return kind(cell)
+        except ValueError:
+            pass
+    return cell
+
+
+def _table_values(cell: str, n: int) -> list[Any]:
+    values = [_table_value(v) for v in cell.split(", ")] if cell else []
+    return values * n if len(values) == 1 else values
+
+
+def _lookup(tree: dict, key: str) -> Any:
+    for part in key.split("."):
+        tree = tree[part]
+    return tree
+
+
+def test_readme_config_table_states_the_model_defaults_and_config_yaml_overrides():
+    defaults = GymforgeConfig().model_dump()
+    overrides = yaml.safe_load((REPO / "config.yaml").read_text())
+    listed = set()
+    rows = _readme_config_rows()
+    assert len(rows) >= 30
+    for key_cell, default_cell, yaml_cell, _meaning in rows:
+        keys = _table_keys(key_cell)
+        assert _table_values(default_cell, len(keys)) == [_lookup(defaults, k) for k in keys], key_cell
+        yaml_values = _table_values(yaml_cell, len(keys)) or ["-"] * len(keys)
+        assert len(yaml_values) == len(keys), key_cell
+        for key, value in zip(keys, yaml_values):
+            try:
+                set_here = _lookup(overrides, key)
+            except (KeyError, TypeError):
+                assert value == "-", f"{key}: the table says config.yaml sets {value!r}; it does not"
+                continue
+            assert value == set_here, f"{key}: config.yaml sets {set_here!r}, the table says {value!r}"
+            listed.add(key)
+
+    def leaves(tree: dict, prefix: str = "") -> list[str]:
+        return [leaf for k, v in tree.items() for leaf in
+                (leaves(v, f"{prefix}{k}.") if isinstance(v, dict) and k != "price" else [f"{prefix}{k}"])]
+
+    # every key config.yaml sets is in the table, and none of them merely repeats its default (but batch_size,
+    # kept on purpose with the measurement that explains it)
+    assert set(leaves(overrides)) == listed
+    assert [k for k in listed if _lookup(overrides, k) == _lookup(defaults, k)] == ["train.batch_size"]
