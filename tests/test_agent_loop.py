@@ -94,7 +94,7 @@ def assert_history_reproduces_requests(traj: Any, requests: list[list[dict[str, 
     turns = [i for i, m in enumerate(traj.history) if m["role"] == "assistant"]
     primary = [r for r in requests if not r[-1]["content"].startswith("Your reply could not be used")]
     assert len(primary) >= len(turns)
-    for i, req in zip(turns, primary):
+    for i, req in zip(turns, primary, strict=False):  # primary may hold a last request no turn answered
         assert build_messages(traj.history[:i]) == req
 
 
@@ -292,7 +292,7 @@ def test_episodes_run_concurrently(tmp_path: Path) -> None:
     try:
         trajs, elapsed = asyncio.run(both())
     finally:
-        for a, s in zip(agents, servers):
+        for a, s in zip(agents, servers, strict=True):
             s.stop()
             a.session.close()
     assert [t.info.score for t in trajs] == [[{"score": 0.0}], [{"score": 1.0}]]

@@ -112,7 +112,7 @@ def test_readme_config_table_states_the_model_defaults_and_config_yaml_overrides
         assert _table_values(default_cell, len(keys)) == [_lookup(defaults, k) for k in keys], key_cell
         yaml_values = _table_values(yaml_cell, len(keys)) or ["-"] * len(keys)
         assert len(yaml_values) == len(keys), key_cell
-        for key, value in zip(keys, yaml_values):
+        for key, value in zip(keys, yaml_values, strict=True):
             try:
                 set_here = _lookup(overrides, key)
             except (KeyError, TypeError):

@@ -204,7 +204,7 @@ def test_mask_covers_exactly_the_reply(student: Path) -> None:
                {"role": "user", "content": "output"}]
     reply = "DISCUSSION\nlook\n```\npython baseline.py\n```"
     ids, mask = grpo.tokenize_sample(tok, request, reply, 4096, grpo.training_template(tok, "offline"))
-    masked = tok.decode([i for i, m in zip(ids, mask) if m])
+    masked = tok.decode([i for i, m in zip(ids, mask, strict=True) if m])
     assert masked.replace(" ", "") == (reply + "<|im_end|>").replace(" ", "")  # not the earlier assistant turn
     ids_cut, mask_cut = grpo.tokenize_sample(tok, request, reply, 20, None)
     assert len(ids_cut) == 20 and sum(mask_cut) == sum(mask)  # the prompt side is cut, the reply kept
@@ -327,7 +327,7 @@ def test_resume_after_kill_between_iterations(student: Path, tmp_path: Path) -> 
     a = json.loads((killed / "curve.json").read_text())["iterations"]
     b = json.loads((straight / "curve.json").read_text())["iterations"]
     assert [r["iteration"] for r in a] == [0, 1, 2, 3]
-    for ra, rb in zip(a, b):  # same draws, same weights after resuming: the same curve
+    for ra, rb in zip(a, b, strict=True):  # same draws, same weights after resuming: the same curve
         assert ra["mean_reward"] == rb["mean_reward"]
         assert ra["kl"] == pytest.approx(rb["kl"], rel=1e-4, abs=1e-7)
     assert (killed / "checkpoint" / "model.safetensors").exists()

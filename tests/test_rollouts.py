@@ -162,7 +162,7 @@ def test_record_schema(shard_run):
     on_disk = json.loads(shard_path(root).read_text())
     assert ShardRecord.model_validate(on_disk) == record
     assert not parts_dir(shard_path(root)).exists()  # finished: the resume scratch is gone
-    for raw, rec in zip(on_disk["rollouts"], record.rollouts):
+    for raw, rec in zip(on_disk["rollouts"], record.rollouts, strict=True):
         assert set(raw) >= {"slot", "task_id", "rollout", "seed", "teacher", "sandbox", "max_steps", "trajectory",
                             "wall_s", "baseline", "fingerprint"}
         assert rec.seed == derive_seed(cfg.seed, "rollout", SLOT, rec.rollout)

@@ -99,7 +99,7 @@ def test_success_filter_for_each_exit_status(exit_status, tmp_path, tokenizer_di
     }
     rollouts = [rollout(trajectory(["ls", "validate", "submit"], exit_status=exit_status, scores=scores, tag=name), i)
                 for i, (name, (scores, _)) in enumerate(cases.items())]
-    for rec, (_, expected) in zip(rollouts, cases.values()):
+    for rec, (_, expected) in zip(rollouts, cases.values(), strict=True):
         assert is_successful(rec.trajectory) is expected
     # a non-finite metric is no valid score (the evaluator never records one; JSON could not hold it)
     assert not is_successful(trajectory(["submit"], exit_status=exit_status, scores=[{"rmse": float("nan")}]))
@@ -263,7 +263,7 @@ def test_offline_tokenizer_is_deterministic_and_marks_assistant_tokens(tmp_path)
     text = tok.apply_chat_template(messages, tokenize=False)
     assert text.startswith("<|im_start|>system\n") and text.endswith("```<|im_end|>\n")
     encoded = tok.apply_chat_template(messages, tokenize=True, return_dict=True, return_assistant_tokens_mask=True)
-    masked = [t for t, m in zip(encoded["input_ids"], encoded["assistant_masks"]) if m]
+    masked = [t for t, m in zip(encoded["input_ids"], encoded["assistant_masks"], strict=True) if m]
     assert tok.decode(masked) == messages[-1]["content"] + "<|im_end|>"
     assert count_chat_tokens(tok, messages) == len(encoded["input_ids"])
     assert tok.decode(tok("héllo ✓ unseen")["input_ids"]) == "héllo ✓ unseen"  # byte-level: nothing is unknown

@@ -117,8 +117,9 @@ def _labelled_text(trainer: Any, row: int) -> tuple[list[int], list[int], str]:
     item = trainer.train_dataset[row]
     ids, labels = item["input_ids"], item["labels"]
     tok = trainer.processing_class
-    kept = [i for i, lab in zip(ids, labels) if lab != -100]
-    assert all(lab in (-100, i) for i, lab in zip(ids, labels))  # labels are the ids or masked, never shifted
+    kept = [i for i, lab in zip(ids, labels, strict=True) if lab != -100]
+    # labels are the ids or masked, never shifted
+    assert all(lab in (-100, i) for i, lab in zip(ids, labels, strict=True))
     return ids, labels, tok.decode(kept, skip_special_tokens=False)
 
 

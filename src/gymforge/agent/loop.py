@@ -146,13 +146,14 @@ class Agent:
         session: Session,
         evaluator: TaskEvaluator,
         task: AgentTask,
-        config: AgentConfig = AgentConfig(),
+        config: AgentConfig | None = None,
         *,
         seed: int | None = None,
         mounts: Sequence[Mount] = (),
         out_dir: Path | None = None,
         meta: dict[str, Any] | None = None,
     ) -> None:
+        config = config if config is not None else AgentConfig()
         self.llm, self.session, self.evaluator, self.task, self.cfg = llm, session, evaluator, task, config
         self.seed = seed
         self.out_dir = out_dir

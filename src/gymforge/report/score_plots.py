@@ -60,7 +60,7 @@ def violins(runs: Sequence[RunResult], metas: Mapping[str, TaskMeta], out_png: s
     if not task_ids:
         flat[0].text(0.5, 0.5, "no tasks with runs", ha="center", va="center", transform=flat[0].transAxes)
         flat[0].set_axis_off()
-    for ax, tid in zip(flat, task_ids):
+    for ax, tid in zip(flat, task_ids, strict=False):  # the grid may hold more axes than tasks
         ts = table.tasks[tid]
         any_data = False
         for x, m in enumerate(models, start=1):
@@ -133,7 +133,7 @@ def performance_profiles(aup_result: AupResult, out_png: str | Path) -> Path:
     tau = np.asarray(aup_result.tau)
     colors = _colors(aup_result.models)
     fig, axes = plt.subplots(1, 2, figsize=(11, 4.2), sharey=True)
-    for ax, variant, title in zip(axes, ("attempt", "submission"), ("Best Attempt", "Best Submission")):
+    for ax, variant, title in zip(axes, ("attempt", "submission"), ("Best Attempt", "Best Submission"), strict=True):
         prof = aup_result.profile(variant)  # type: ignore[arg-type]
         for m in aup_result.models:
             ax.step(tau, prof.rho[m], where="post", color=colors[m], linewidth=1.6,

@@ -34,7 +34,7 @@ def plot_kept_per_task(stats: dict[str, Any], out: Path) -> Path:
     y = range(len(tasks))
     ax.barh(y, rollouts, color=ALL, label="rollouts")
     ax.barh(y, kept, color=KEPT, label="kept")
-    for i, (k, r) in enumerate(zip(kept, rollouts)):
+    for i, (k, r) in enumerate(zip(kept, rollouts, strict=True)):
         ax.text(r, i, f" {k}/{r}", va="center", fontsize=8)
     ax.axvline(stats["per_task_planned"], color="black", linestyle="--", linewidth=1,
                label=f"planned per task ({stats['per_task_planned']})")
@@ -91,9 +91,9 @@ def _exit_statuses(ax: Any, stats: dict[str, Any]) -> None:
     y = range(len(items))
     ax.barh(y, kept, color=KEPT, label="kept")
     ax.barh(y, rejected, left=kept, color=REJECTED, label="discarded")
-    for i, (k, r) in enumerate(zip(kept, rejected)):
+    for i, (k, r) in enumerate(zip(kept, rejected, strict=True)):
         ax.text(k + r, i, f" {k}/{k + r}", va="center", fontsize=8)
-    ax.set_xlim(0, max([k + r for k, r in zip(kept, rejected)] or [1]) * 1.15)
+    ax.set_xlim(0, max([k + r for k, r in zip(kept, rejected, strict=True)] or [1]) * 1.15)
     ax.set_yticks(list(y), names, fontsize=8)
     ax.invert_yaxis()
     ax.set_xlabel("trajectories")

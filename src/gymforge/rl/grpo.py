@@ -93,7 +93,7 @@ def action_samples(traj: Any, episode: int) -> list[ActionSample]:
     if len(requests) != len(replies):  # the two walks disagree: never train on misaligned pairs
         raise ValueError(f"episode {episode}: {len(requests)} requests but {len(replies)} replies")
     return [ActionSample(request=req, response=resp, duration_s=dur, episode=episode)
-            for req, (resp, dur) in zip(requests, replies)]
+            for req, (resp, dur) in zip(requests, replies, strict=True)]
 
 
 def training_template(tokenizer: Any, student: str) -> str | None:

@@ -288,5 +288,5 @@ def fetch_dataset(cfg: GymforgeConfig, dataset_id: str, out: Path) -> str:
     try:
         m = prefetch(fetch_hub(cfg, dataset_id), dataset_id, out.parent.parent)
     except (DatasetNotFound, HubUnavailable, PrefetchError) as err:
-        raise SystemExit(f"gymforge: {err}")
+        raise SystemExit(f"gymforge: {err}") from err
     return f"{m.id}: {m.hub} hub, config {m.config or 'default'}, splits {m.splits}, {m.bytes} bytes -> {out.parent}"

@@ -235,7 +235,8 @@ def decontamination(cfg: GymforgeConfig, synthesized: list[Path], proposals: lis
     try:
         report = run(cfg.evaluate, trees, Path(out), extra)
     except ContaminationError as err:
-        raise SystemExit(f"gymforge: scores on the {cfg.evaluate.benchmark} benchmark would be contaminated:\n{err}")
+        raise SystemExit(f"gymforge: scores on the {cfg.evaluate.benchmark} benchmark would be contaminated:\n{err}"
+                         ) from err
     return f"decontamination: {report.checked} synthesized tasks share no dataset or family with the benchmark"
 
 

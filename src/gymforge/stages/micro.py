@@ -253,8 +253,10 @@ def scale_repeats(source: str, scale: float) -> tuple[str, list[tuple[str, int, 
             hits += [(kw.value, kw.arg) for kw in node.keywords if kw.arg]
         elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):  # def simulate(..., num_simulations=1000)
             args = node.args.posonlyargs + node.args.args
-            hits += list(zip(node.args.defaults, (a.arg for a in args[len(args) - len(node.args.defaults):])))
-            hits += [(d, a.arg) for a, d in zip(node.args.kwonlyargs, node.args.kw_defaults) if d is not None]
+            defaulted = args[len(args) - len(node.args.defaults):]  # the last positional args carry the defaults
+            hits += list(zip(node.args.defaults, (a.arg for a in defaulted), strict=True))
+            hits += [(d, a.arg) for a, d in zip(node.args.kwonlyargs, node.args.kw_defaults, strict=True)
+                     if d is not None]
     lines = source.splitlines(keepends=True)
     offsets = np.cumsum([0] + [len(line.encode()) for line in lines]).tolist()
     edits, changes = [], []

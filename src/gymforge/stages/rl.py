@@ -242,7 +242,7 @@ def run_rl(cfg: GymforgeConfig, sft_checkpoint: Path, tasks: list[Any], checkpoi
         plans = plan_iteration(cfg, iteration, tasks, state["best"], work / "improve")
         results = collect(policy_dir, iteration, plans)
         scored, samples = [], []
-        for index, (plan, traj, wall) in enumerate(results):
+        for plan, traj, wall in results:
             if traj is None:
                 continue
             r = episode_reward(Episode.of(traj), plan.task.metric, rl.reward)
@@ -263,11 +263,11 @@ def run_rl(cfg: GymforgeConfig, sft_checkpoint: Path, tasks: list[Any], checkpoi
             groups.setdefault(e["slot"], []).append(i)
         advantage = [0.0] * len(scored)
         for members in groups.values():
-            for i, a in zip(members, grpo.group_advantages([scored[i]["reward"] for i in members])):
+            for i, a in zip(members, grpo.group_advantages([scored[i]["reward"] for i in members]), strict=True):
                 advantage[i] = a
         weights = grpo.duration_weights([s.duration_s for s in samples], enabled=rl.duration_aware,
                                         floor_s=rl.duration_floor_s, max_weight=rl.duration_max_weight)
-        for s, w in zip(samples, weights):
+        for s, w in zip(samples, weights, strict=True):
             s.advantage, s.weight = advantage[s.episode], w
         samples = [s for s in samples if s.advantage != 0.0]  # nothing to learn from a zero advantage
         samples = grpo.prepare(samples, tokenizer, policy, reference, max_length=rl.max_length, template=template)
@@ -275,7 +275,7 @@ def run_rl(cfg: GymforgeConfig, sft_checkpoint: Path, tasks: list[Any], checkpoi
                             clip_eps=rl.clip_eps, kl_coef=rl.kl_coef, max_grad_norm=rl.max_grad_norm,
                             rng=random.Random(derive_seed(seed, "rl-update", iteration)))
         row = _curve_row(iteration, scored, stats, time.monotonic() - t0)
-        for e, a in zip(scored, advantage):
+        for e, a in zip(scored, advantage, strict=True):
             e["advantage"] = round(a, 6)
         atomic.write_json(work / "episodes" / f"iteration_{iteration:04d}.json", scored)
         policy_dir = iteration_dir(work, iteration + 1)
@@ -305,7 +305,7 @@ def run_rl(cfg: GymforgeConfig, sft_checkpoint: Path, tasks: list[Any], checkpoi
 def load_tasks(slots: list[str], reports: list[Path], envs: list[Path], proposals: list[Path]) -> list[Any]:
     from gymforge.rl.rollouts import load_task
 
-    return [load_task(s, r, e, p) for s, r, e, p in zip(slots, reports, envs, proposals)]
+    return [load_task(s, r, e, p) for s, r, e, p in zip(slots, reports, envs, proposals, strict=True)]
 
 
 def train_rl(cfg: GymforgeConfig, sft: Path, slots: list[str], reports: list[Path], envs: list[Path],

@@ -126,7 +126,7 @@ def _created_columns(tree: ast.AST) -> set[str]:
             if isinstance(n.slice, ast.Tuple) and len(n.slice.elts) > 1:
                 add(n.slice.elts[1])  # .loc[rows, "new"] = ...
         elif isinstance(n, ast.Dict):  # rename mappings, map() results, metric dicts
-            for k, v in zip(n.keys, n.values):
+            for k, v in zip(n.keys, n.values, strict=True):
                 add(k)
                 add(v)
         elif isinstance(n, ast.Call):

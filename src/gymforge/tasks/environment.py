@@ -233,7 +233,7 @@ class TaskEnvironment:
         root: Path | None = None,
         sandbox: SandboxBackend,
         run_dir: Path,
-        limits: Limits = Limits(),
+        limits: Limits | None = None,
         gpus: int | None = None,
         hidden_columns: dict[str, list[str]] | None = None,
         dataset_cache: Path | None = None,
@@ -250,7 +250,7 @@ class TaskEnvironment:
         self.run_dir = Path(run_dir).resolve()
         self.workspace = self.run_dir / "workspace"
         self.secrets_dir = self.run_dir / "secrets"
-        self.limits = limits
+        self.limits = limits if limits is not None else Limits()
         self._gpus = gpus
         self.hidden_columns = hidden_columns or {}
         self.dataset_cache = Path(dataset_cache) if dataset_cache is not None else None

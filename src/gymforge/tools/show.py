@@ -497,7 +497,7 @@ def render_trajectory_text(traj: Trajectory, ctx: dict[str, Any], *, max_lines: 
     width = max(len(k) for k, _ in _header(traj, ctx))
     out = [f"{k:<{width}}  {v}" for k, v in _header(traj, ctx)]
     scores = step_scores(traj)
-    for step, score in zip(traj.trajectory, scores):
+    for step, score in zip(traj.trajectory, scores, strict=True):
         out.append("")
         out.append(f"--- step {step.step}  [{_step_line(step)}]")
         for rejected in step.format_errors:
@@ -551,7 +551,7 @@ def render_trajectory_html(traj: Trajectory, ctx: dict[str, Any], *, collapse_li
     if first_user:
         parts.append(f"<details><summary>task prompt ({e(str(len(str(first_user.get('content', '')).splitlines())))} "
                      f"lines)</summary><pre>{e(str(first_user.get('content', '')))}</pre></details>")
-    for step, score in zip(traj.trajectory, step_scores(traj)):
+    for step, score in zip(traj.trajectory, step_scores(traj), strict=True):
         parts.append(f'<section class="step" id="step-{step.step}"><h2>Step {step.step} '
                      f'<span class="timing">{e(_step_line(step))}</span></h2>')
         for rejected in step.format_errors:

@@ -88,7 +88,8 @@ def season_length(spec: TaskSpec) -> int | None:
     time = next((c for c in spec.columns if c.name == spec.time_column), None)
     stamps = [v for v in time.examples if isinstance(v, str)] if time else []
     try:
-        days = [(date.fromisoformat(b[:10]) - date.fromisoformat(a[:10])).days for a, b in zip(stamps, stamps[1:])]
+        days = [(date.fromisoformat(b[:10]) - date.fromisoformat(a[:10])).days
+                for a, b in zip(stamps, stamps[1:], strict=False)]  # consecutive pairs: one fewer than stamps
     except ValueError:
         return None
     if not days:
