@@ -58,7 +58,6 @@ THIRD_PARTY = frozenset({
 STDLIB_LIKE = frozenset(set(sys.stdlib_module_names) - _UNIMPORTED) | THIRD_PARTY
 _MODULE_SUFFIXES = tuple(sorted({".py", ".pyc", ".pyw", *importlib.machinery.EXTENSION_SUFFIXES}, key=len, reverse=True))
 _SKIP_DIRS = {".git", "__pycache__", "node_modules"}
-SECRETS_ENV = "GYMFORGE_SECRETS"
 
 
 class Flag(BaseModel):

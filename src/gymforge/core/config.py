@@ -211,9 +211,6 @@ class TrainConfig(_Strict):
         return "tiny-qwen3" if self.student == "offline" else Path(self.student.rstrip("/")).name
 
 
-MODEL_SOURCES = ("teacher", "student-base", "student-sft", "student-rl", "endpoint", "checkpoint")
-
-
 class ModelSpec(_Strict):
     """One model to score. Every model is reached through an OpenAI-compatible endpoint."""
 

@@ -291,11 +291,6 @@ class LimitWatch:
         self._next = 0.0
         self._before = 0
 
-    @property
-    def disk_cap(self) -> str:
-        """How the workspace's size is bounded, for the record."""
-        return "file system" if self.hard else "polled"
-
     def start(self) -> None:
         """A command begins: only growth past the cap from here on stops it (cleaning up must stay possible)."""
         self._before = self._free() if self.hard else tree_bytes(self.workspace)

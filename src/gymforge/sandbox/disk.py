@@ -99,13 +99,6 @@ def available() -> bool:
     return why is None
 
 
-def capped(workspace: Path) -> bool:
-    """Whether a sandbox of this process holds `workspace` on its own capped file system."""
-    with _lock:
-        held = _held.get(str(workspace))
-    return held is not None and held.refs > 0
-
-
 def _entry(workspace: Path) -> _Held:
     with _lock:
         return _held.setdefault(str(workspace), _Held())

@@ -41,7 +41,6 @@ from gymforge.rl.rewards import Episode, episode_reward
 log = logging.getLogger("gymforge.rl")
 
 STATE = "state.json"
-CURVE_FIELDS = ("iteration", "mean_reward", "valid_share", "mean_duration_s", "kl")
 
 
 def work_dir(checkpoint_out: Path) -> Path:

@@ -51,7 +51,6 @@ class Constant:
     note: str
 
 
-OFFLINE_RUN = "offline run of config.yaml (/tmp/gf-measure/results)"
 # Peak dense bf16 throughput of one H100 SXM (NVIDIA datasheet) and an assumed model-FLOPs utilisation.
 GPU_PEAK_FLOPS = 989e12
 TRAIN_MFU = 0.35
