@@ -18,6 +18,7 @@ rule verify_environment:
     params:
         digest=CFG.digest("seed", "teacher", "datasets", "generation", "sandbox", "verification"),
     resources:
+        gpu=CFG.trajectories.gpus,  # the task's GPUs as its rollouts get them
         mem_mb=CFG.sandbox.memory_mb + 1024,
         runtime=60,
     shell:
@@ -25,6 +26,7 @@ rule verify_environment:
             "verify-environment",
             "--slot {wildcards.slot} --proposal {input.proposal} --configs {input.configs} --code "
             "{input.code} --tree {input.tree} --report-out {output.report} --env-out {output.env}",
+            gpus=True,
         )
 
 

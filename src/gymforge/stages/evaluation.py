@@ -130,7 +130,7 @@ def evaluate_task(cfg: GymforgeConfig, model: str, task_id: str, runs: list[int]
                   *, checkpoint: str | None = None, log_file: Path | None = None) -> EvalRecord:
     """Run (or finish) `runs` of `model` on benchmark task `task_id`; write the record to `out`."""
     from gymforge.benchmark.suite import load_benchmark, require_runnable
-    from gymforge.tasks.episode import EpisodeRunner, limits_of, sandbox_for
+    from gymforge.tasks.episode import EpisodeRunner
     from gymforge.stages.datasets import cache_root
     from gymforge.tasks.mlgym import load_task_config
     from gymforge.llm.serving import open_endpoint
@@ -159,7 +159,7 @@ def evaluate_task(cfg: GymforgeConfig, model: str, task_id: str, runs: list[int]
                         baseline=baseline, fingerprint=stamp, resumed=len(done))
     if todo:
         gpus = cfg.evaluate.serving.gpus if spec.source in SERVED_SOURCES else 0
-        episodes = EpisodeRunner(sandbox_for(cfg, task.gpus), limits_of(cfg), cache_root(cfg))  # a GPU task's devices
+        episodes = EpisodeRunner.for_config(cfg, task.gpus)  # a GPU task's devices
         with open_endpoint(cfg, spec, checkpoint=checkpoint, served_name=served, log=log_file) as endpoint:
             llm = _client(cfg, spec, endpoint)
             log.info("%s served as %s at %s (gpus=%d)", model, endpoint.model, endpoint.base_url, gpus)

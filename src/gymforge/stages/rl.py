@@ -86,9 +86,8 @@ def serve_and_collect(cfg: GymforgeConfig, policy_dir: Path, iteration: int, pla
     """Serve `policy_dir` (the benchmark's seam) and run the planned episodes against it."""
     from gymforge.llm.client import LLMClient
     from gymforge.llm.serving import open_endpoint
-    from gymforge.stages.datasets import cache_root
     from gymforge.stages.evaluation import checkpoint_tag
-    from gymforge.tasks.episode import EpisodeRunner, limits_of, sandbox_for
+    from gymforge.tasks.episode import EpisodeRunner
     from gymforge.rl.rollouts import run_episodes
 
     rl = cfg.rl
@@ -97,7 +96,7 @@ def serve_and_collect(cfg: GymforgeConfig, policy_dir: Path, iteration: int, pla
     served_cfg = cfg.model_copy(update={"evaluate": cfg.evaluate.model_copy(update={"serving": serving})})
     spec = ModelSpec(name="student-rl", source="checkpoint", model=str(policy_dir))
     served = f"student-rl-i{iteration}-{checkpoint_tag(str(policy_dir))}"
-    runner = EpisodeRunner(sandbox_for(cfg, 0), limits_of(cfg), cache_root(cfg))
+    runner = EpisodeRunner.for_config(cfg, 0)
     with open_endpoint(served_cfg, spec, checkpoint=str(policy_dir), served_name=served, log=log_file) as endpoint:
         config = EndpointConfig(provider="local", base_url=endpoint.base_url, model=endpoint.model,
                                 temperature=rl.temperature, max_tokens=rl.max_new_tokens,
@@ -222,17 +221,20 @@ def run_rl(cfg: GymforgeConfig, sft_checkpoint: Path, tasks: list[Any], checkpoi
 
     tokenizer = AutoTokenizer.from_pretrained(str(sft_checkpoint))
     template = grpo.training_template(tokenizer, cfg.train.student)
-    reference = AutoModelForCausalLM.from_pretrained(str(sft_checkpoint), dtype=torch.float32).eval()
+    # one device: the first of the job's GPUs (the policy server holds them during rollouts), else the CPU
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    dtype = torch.bfloat16 if device == "cuda" and torch.cuda.is_bf16_supported() else torch.float32
+    reference = AutoModelForCausalLM.from_pretrained(str(sft_checkpoint), dtype=dtype).to(device).eval()
     for p in reference.parameters():
         p.requires_grad_(False)
     start = state["finished"]
     policy_dir = iteration_dir(work, start) if start else sft_checkpoint
     if start:
         log.info("resuming after iteration %d (checkpoint %s)", start - 1, policy_dir)
-    policy = AutoModelForCausalLM.from_pretrained(str(policy_dir), dtype=torch.float32).eval()
+    policy = AutoModelForCausalLM.from_pretrained(str(policy_dir), dtype=torch.float32).to(device).eval()
     optimizer = torch.optim.AdamW(policy.parameters(), lr=rl.learning_rate, weight_decay=0.0)
     if start and (policy_dir / "optimizer.pt").exists():
-        optimizer.load_state_dict(torch.load(policy_dir / "optimizer.pt", weights_only=True))
+        optimizer.load_state_dict(torch.load(policy_dir / "optimizer.pt", weights_only=True, map_location=device))
     collect = collect or (lambda d, it, plans: serve_and_collect(cfg, d, it, plans, work, log_file))
 
     for iteration in range(start, rl.iterations):

@@ -178,14 +178,13 @@ def rollout_shard(cfg: GymforgeConfig, slot: str, shard: int, report: Path, env:
 class _ShardRunner:
     def __init__(self, cfg: GymforgeConfig, slot: str, report: VerificationReport, env_dir: Path, out: Path,
                  stamp: str, llm: Any) -> None:
-        from gymforge.tasks.episode import EpisodeRunner, limits_of, sandbox_for
-        from gymforge.stages.datasets import cache_root
+        from gymforge.tasks.episode import EpisodeRunner
 
         self.cfg, self.slot, self.report, self.out, self.stamp = cfg, slot, report, out, stamp
         self.tree = env_dir / "mlgym"
         self.task_yaml = next((self.tree / "configs" / "tasks").glob("*.yaml"))
-        self.sandbox = sandbox_for(cfg, cfg.trajectories.gpus)
-        self.episodes = EpisodeRunner(self.sandbox, limits_of(cfg), cache_root(cfg))
+        self.episodes = EpisodeRunner.for_config(cfg, cfg.trajectories.gpus)
+        self.sandbox = self.episodes.sandbox
         self.llm = llm
         self.owns_llm = llm is None
 

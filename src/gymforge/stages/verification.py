@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ast
+import asyncio
 import random
 import shutil
 import tempfile
@@ -51,13 +52,13 @@ def check_baseline(cfg: GymforgeConfig, tree: Path, run_dir: Path, hidden, it: V
     verification that needs no teacher (micro tasks reuse it). Errors land in `it.errors`, the time in
     `it.timings_s["baseline"]`; returns (environment, BaselineReport), or None on an error."""
     from gymforge.agent import EvaluationFormatError, SubmissionNotFound
-    from gymforge.tasks.environment import BaselineFailed, InstallError, TaskEnvironment, TaskUnsupported
-    from gymforge.stages.datasets import cache_root
-    from gymforge.tasks.episode import limits_of, sandbox_for
+    from gymforge.tasks.environment import BaselineFailed, InstallError, TaskUnsupported
+    from gymforge.tasks.episode import EpisodeRunner
 
     started = time.monotonic()
-    env = TaskEnvironment(_task_yaml(tree), root=tree, sandbox=sandbox_for(cfg, 0), run_dir=run_dir,
-                          limits=limits_of(cfg), hidden_columns=hidden, dataset_cache=cache_root(cfg))
+    # the task's GPUs as its rollouts will have them (rule verify_environment declares trajectories.gpus)
+    runner = EpisodeRunner.for_config(cfg, cfg.trajectories.gpus)
+    env = runner.environment(_task_yaml(tree), root=tree, run_dir=run_dir, hidden_columns=hidden)
     try:
         env.install()
         report = env.run_baseline()
@@ -80,17 +81,8 @@ def check_baseline(cfg: GymforgeConfig, tree: Path, run_dir: Path, hidden, it: V
 def _attempt(cfg: GymforgeConfig, tree: Path, work: Path, hidden, episode_dir: Path, seed: int,
              it: VerificationIteration):
     """Baseline + evaluation, then one teacher episode. Errors land in `it.errors`; returns the baseline env."""
-    from gymforge.agent import Agent, AgentConfig, AgentTask
-    from gymforge.tasks.environment import TaskEnvironment
-    from gymforge.stages.datasets import cache_root
     from gymforge.llm.client import make_client
-    from gymforge.tasks.episode import limits_of, sandbox_for
-
-    sandbox, limits = sandbox_for(cfg, 0), limits_of(cfg)
-
-    def environment(name: str) -> TaskEnvironment:
-        return TaskEnvironment(_task_yaml(tree), root=tree, sandbox=sandbox, run_dir=work / name, limits=limits,
-                               hidden_columns=hidden, dataset_cache=cache_root(cfg))
+    from gymforge.tasks.episode import EpisodeRunner
 
     checked = check_baseline(cfg, tree, work / "baseline", hidden, it)
     if checked is None:
@@ -98,15 +90,13 @@ def _attempt(cfg: GymforgeConfig, tree: Path, work: Path, hidden, episode_dir: P
     env, report = checked
 
     started = time.monotonic()
-    episode = environment("episode")
-    episode.install()
-    task = AgentTask(id=episode.task.id, description=episode.description, baseline=report.metrics,
-                     training_timeout=episode.timeout)
+    runner = EpisodeRunner.for_config(cfg, cfg.trajectories.gpus)
     try:
-        with make_client(cfg, "verification") as llm, episode.open_session() as session:
-            traj = Agent(llm, session, episode, task, AgentConfig(max_steps=cfg.verification.episode_max_steps),
-                         seed=seed, mounts=episode.mounts, out_dir=episode_dir,
-                         meta={"stage": "verification", "sandbox": sandbox.name}).run()
+        with make_client(cfg, "verification") as llm:
+            traj = asyncio.run(runner.run(llm, _task_yaml(tree), root=tree, run_dir=work / "episode",
+                                          max_steps=cfg.verification.episode_max_steps, seed=seed,
+                                          baseline=report.metrics, meta={"stage": "verification"},
+                                          hidden_columns=hidden, out_dir=episode_dir))
             it.episode_exit_status = traj.info.exit_status
             usage = llm.usage
     except Exception as err:  # noqa: BLE001 - any crash of the episode is a task error the teacher must see

@@ -1,7 +1,10 @@
 """One agent episode in its own sandbox workspace, runnable many at a time on one event loop.
 
-Shared by teacher rollouts (stage 3.5) and benchmark runs (stage 3.8): both install a task, open a
-shell session, let the `Agent` talk to a model until it submits, and clean up the workspace.
+The one place episodes and their sandboxes are made: verification (stage 3.4), teacher rollouts (3.5),
+benchmark runs (3.8), RL rollouts and `gymforge run-task` all build an `EpisodeRunner` (`for_config`:
+the configured backend with the job's GPUs, the sandbox limits, the dataset cache), take task
+environments from it and run episodes through it: install a task, open a shell session, let the `Agent`
+talk to a model until it submits, and clean up the workspace.
 """
 
 from __future__ import annotations
@@ -37,9 +40,24 @@ class EpisodeRunner:
     """Runs episodes of tasks concurrently; installs are serialized because `datasets` (hidden columns) is
     not thread-safe (its tqdm thread_map lock races between threads)."""
 
-    def __init__(self, sandbox: SandboxBackend, limits: Limits, dataset_cache: Path | None = None) -> None:
-        self.sandbox, self.limits, self.dataset_cache = sandbox, limits, dataset_cache
+    def __init__(self, sandbox: SandboxBackend, limits: Limits, dataset_cache: Path | None = None,
+                 gpus: int | None = None) -> None:
+        self.sandbox, self.limits, self.dataset_cache, self.gpus = sandbox, limits, dataset_cache, gpus
         self._install_lock = threading.Lock()
+
+    @classmethod
+    def for_config(cls, cfg: GymforgeConfig, gpus: int) -> EpisodeRunner:
+        """The configured sandbox backend and limits; `gpus`: what the job declared (its episodes share them)."""
+        from gymforge.stages.datasets import cache_root
+
+        return cls(sandbox_for(cfg, gpus), limits_of(cfg), cache_root(cfg))
+
+    def environment(self, task_yaml: Path, *, root: Path, run_dir: Path,
+                    hidden_columns: dict[str, list[str]] | None = None) -> TaskEnvironment:
+        """A task environment in this runner's sandbox, with its limits and dataset cache."""
+        return TaskEnvironment(task_yaml, root=root, sandbox=self.sandbox, run_dir=run_dir, limits=self.limits,
+                               hidden_columns=hidden_columns, dataset_cache=self.dataset_cache,
+                               **({"gpus": self.gpus} if self.gpus is not None else {}))
 
     def _install(self, env: TaskEnvironment) -> None:
         with self._install_lock:
@@ -52,8 +70,7 @@ class EpisodeRunner:
     ) -> Trajectory:
         """One episode; `out_dir` receives MLGym's `<task>.traj` and results.json; `run_dir` is removed after."""
         loop = asyncio.get_running_loop()
-        env = TaskEnvironment(task_yaml, root=root, sandbox=self.sandbox, run_dir=run_dir, limits=self.limits,
-                              hidden_columns=hidden_columns, dataset_cache=self.dataset_cache)
+        env = self.environment(task_yaml, root=root, run_dir=run_dir, hidden_columns=hidden_columns)
         task = AgentTask(id=env.task.id, description=env.description, baseline=baseline, training_timeout=env.timeout)
         # The session is opened (and closed) in a thread that lives as long as the episode: a bwrap sandbox
         # dies with the thread that started it.

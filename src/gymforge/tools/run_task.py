@@ -30,7 +30,8 @@ from gymforge.core.config import GymforgeConfig
 from gymforge.tasks.environment import TaskEnvironment, detect_gpus
 from gymforge.llm.client import ChatResult, LLMClient
 from gymforge.tasks.mlgym import load_task_config
-from gymforge.sandbox import Limits, get_sandbox
+from gymforge.sandbox import Limits
+from gymforge.tasks.episode import EpisodeRunner, sandbox_for
 
 POLICIES = ("submit-baseline", "teacher", "replay")
 
@@ -165,15 +166,17 @@ def run_task(
     replies = replay_replies(Path(replay)) if replay is not None else None  # a bad file fails before any install
     out = Path(out)
     gpus = detect_gpus() if gpus is None else gpus
-    backend = get_sandbox(sandbox, gpus=gpus > 0) if sandbox == "local" else get_sandbox(sandbox, gpus=gpus or None)
+    base = cfg or GymforgeConfig()
+    run_cfg = base.model_copy(update={"sandbox": base.sandbox.model_copy(update={"backend": sandbox})})
     if limits is None:
         # The CPU-time limit must not cut a run short of its wall-clock training_timeout on every core.
         timeout = load_task_config(task_yaml).effective_training_timeout
         limits = Limits(cpu_seconds=max(Limits().cpu_seconds, timeout * (os.cpu_count() or 1)))
 
+    runner = EpisodeRunner(sandbox_for(run_cfg, gpus), limits, dataset_cache, gpus=gpus)
+
     def environment(name: str) -> TaskEnvironment:
-        return TaskEnvironment(task_yaml, root=root, sandbox=backend, run_dir=out / name, limits=limits, gpus=gpus,
-                               hidden_columns=hidden_columns, dataset_cache=dataset_cache)
+        return runner.environment(task_yaml, root=root, run_dir=out / name, hidden_columns=hidden_columns)
 
     env = environment("episode")
     if env.task.baseline_scores:
@@ -198,7 +201,7 @@ def run_task(
 
         model = owned = make_client(cfg or GymforgeConfig(), "run-task")
     task = AgentTask(id=env.task.id, description=env.description, baseline=baseline, training_timeout=env.timeout)
-    meta = {"policy": policy, "sandbox": backend.name, "task_yaml": str(Path(task_yaml).resolve()),
+    meta = {"policy": policy, "sandbox": runner.sandbox.name, "task_yaml": str(Path(task_yaml).resolve()),
             "root": str(env.root)}
     if replay is not None:
         meta["replay"] = {"file": str(Path(replay).resolve()), "replies": len(replies or [])}
