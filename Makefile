@@ -10,7 +10,8 @@ $(BIN)/gymforge: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	# torch first, pinned: an unpinned resolve pulls a multi-GB CUDA build on CPU machines.
 	$(BIN)/pip install -q torch==2.13.0
-	$(BIN)/pip install -q -e ".[dev]"
+	# offline: the simulator `make run` uses; tasks: what sandboxed task code imports (see pyproject.toml).
+	$(BIN)/pip install -q -e ".[dev,offline,tasks]"
 	touch $@
 
 setup: $(BIN)/gymforge system-deps

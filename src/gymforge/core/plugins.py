@@ -23,4 +23,8 @@ def load(name: str) -> Any:
     if not found:
         raise BackendMissing(f"no gymforge backend {name!r} is installed (entry point group {GROUP!r}); "
                              "reinstall gymforge (`pip install -e .`) to register the offline backends")
-    return next(iter(found)).load()
+    try:
+        return next(iter(found)).load()
+    except ModuleNotFoundError as err:  # registered, but a package of its extra is not installed
+        raise BackendMissing(f"gymforge backend {name!r} needs {err.name!r}, which is not installed; "
+                             "install the offline extra (`pip install -e '.[offline]'`)") from err
