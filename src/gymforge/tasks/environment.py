@@ -514,7 +514,7 @@ class TaskEnvironment:
         artefact = self._artefact()
         isolated = self.isolated
         entrypoint = self.task.task_entrypoint
-        serve = isolated and entrypoint in ("PythonSubmissionTasks", "ModelSubmissionTasks")
+        serve = isolated and entrypoint in ("PythonSubmissionTasks", "ModelSubmissionTasks", "LMSubmissionTasks")
         ev = self.run_dir / ".eval"
         _remove(ev)
         ev.mkdir(mode=0o755)
