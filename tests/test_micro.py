@@ -261,3 +261,21 @@ def test_dry_run_plans_one_micro_task_per_slot(tmp_path):
     counts = {p[0]: int(p[1]) for p in (line.split() for line in proc.stdout.splitlines())
               if len(p) == 2 and p[1].isdigit()}
     assert counts["micro_task"] == 3 and counts["verify_environment"] == 3 and counts["micro"] == 1
+
+
+def test_data_heavy_task_swaps_only_the_baseline_model(tmp_path):
+    from gymforge.offline.families.data_heavy import HEAVY_CASES, build_task
+
+    topic, dataset = HEAVY_CASES[0]
+    light = build_task(tmp_path / "light", topic, dataset)
+    heavy = build_task(tmp_path / "heavy", topic, dataset, heavy=True)
+    assert light.task_id == heavy.task_id and heavy.train_rows == light.train_rows > 10_000
+    read = {name: {p.name: p.read_text() for p in (t.tree / "data" / t.task_id).glob("*.py")}
+            for name, t in (("light", light), ("heavy", heavy))}
+    assert read["light"]["evaluate.py"] == read["heavy"]["evaluate.py"]
+    baseline = read["heavy"]["baseline.py"]
+    ast.parse(baseline)
+    assert 'GridSearchCV(SVR(gamma="scale")' in baseline and "GridSearchCV" not in read["light"]["baseline.py"]
+    # Same features and submission: only the model line and its import differ.
+    changed = set(baseline.splitlines()) ^ set(read["light"]["baseline.py"].splitlines())
+    assert all("import" in line or "make_pipeline(features" in line or "Baseline for" in line for line in changed)
