@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from huggingface_hub import DatasetCard
 
 from gymforge.agent.trajectory import AgentInfo, Trajectory, TrajectoryStep
 from gymforge.core.config import GymforgeConfig
@@ -189,6 +190,9 @@ def test_export_is_a_folder_load_dataset_reads(tmp_path, tokenizer_dir):
     card = (out / "README.md").read_text()
     stats = json.loads((sft / "stats.json").read_text())
     assert card.startswith("---\nlicense: other") and (out / "data" / "train-00000-of-00001.parquet").exists()
+    meta = DatasetCard.load(out / "README.md").data  # the hub's own parser reads the card's metadata
+    assert (meta.license, meta.license_name, meta.size_categories) == ("other", "mixed-see-card", ["n<1K"])
+    assert meta.task_categories == ["text-generation"] and "sft" in meta.tags and card.endswith("```\n")
     for needle in (stats["config_hash"], "gymforge-offline-teacher@0.5", "kept (rows): 2", "no_successful_submission",
                    "sklearn/diabetes", "## License", "push_to_hub", "48000"):
         assert needle in card, needle
