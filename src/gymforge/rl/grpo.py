@@ -97,28 +97,41 @@ def action_samples(traj: Any, episode: int) -> list[ActionSample]:
 
 
 def training_template(tokenizer: Any, student: str) -> str | None:
-    """The chat template that yields the assistant mask (None: the tokenizer's own, which has the markers)."""
+    """How the assistant mask is found: None, the tokenizer's own template (it has `{% generation %}` markers);
+    `"rendered"`, masks from the rendered conversation (`gymforge.student.masks`, templates without markers);
+    otherwise a template string with markers (TRL's training variant, where that module is unavailable)."""
     from gymforge.stages.training import check_chat_template
 
     if check_chat_template(tokenizer, student) == "tokenizer":
         return None
-    from trl.chat_template_utils import get_training_chat_template
+    try:
+        import gymforge.student.masks  # noqa: F401
+    except ImportError:
+        from trl.chat_template_utils import get_training_chat_template
 
-    return get_training_chat_template(tokenizer)
+        return get_training_chat_template(tokenizer)
+    return "rendered"
 
 
 def tokenize_sample(tokenizer: Any, request: list[dict[str, str]], response: str, max_length: int,
                     template: str | None = None) -> tuple[list[int], list[int]]:
-    """(input ids, mask) of request + reply: the mask covers the reply's tokens only (the template's assistant
-    mask, restricted to the last assistant turn). Over-long samples lose the start of the prompt."""
+    """(input ids, mask) of request + reply: the mask covers the reply's tokens only (the SFT assistant mask,
+    restricted to the last assistant turn). Over-long samples lose the start of the prompt."""
     messages = [*request, {"role": "assistant", "content": response}]
-    kwargs: dict[str, Any] = {"chat_template": template} if template else {}
-    full = tokenizer.apply_chat_template(messages, tokenize=True, return_dict=True, return_assistant_tokens_mask=True,
-                                         add_generation_prompt=False, **kwargs)
-    prompt = tokenizer.apply_chat_template(request, tokenize=True, return_dict=True, add_generation_prompt=True,
-                                           **kwargs)
+    if template == "rendered":
+        from gymforge.student.masks import tokenize_with_assistant_mask
+
+        full = tokenize_with_assistant_mask(tokenizer, messages)
+        prompt_text = tokenizer.apply_chat_template(request, tokenize=False, add_generation_prompt=True)
+        start = len(tokenizer(prompt_text, add_special_tokens=False)["input_ids"])
+    else:
+        kwargs: dict[str, Any] = {"chat_template": template} if template else {}
+        full = tokenizer.apply_chat_template(messages, tokenize=True, return_dict=True,
+                                             return_assistant_tokens_mask=True, add_generation_prompt=False, **kwargs)
+        prompt = tokenizer.apply_chat_template(request, tokenize=True, return_dict=True, add_generation_prompt=True,
+                                               **kwargs)
+        start = len(prompt["input_ids"])
     ids, assistant = list(full["input_ids"]), list(full["assistant_masks"])
-    start = len(prompt["input_ids"])
     mask = [a if i >= start else 0 for i, a in enumerate(assistant)]
     if len(ids) > max_length:
         ids, mask = ids[-max_length:], mask[-max_length:]

@@ -524,6 +524,34 @@ def estimate(cfg: GymforgeConfig, measured: Measured | None = None) -> dict[str,
         st.note = f"{train.student}: {train_tokens / 1e6:,.1f}M tokens on CPU (train.gpus = 0: no GPU-hours)"
     stages.append(st)
 
+    # on-policy RL (target rl): iterations x tasks_per_iteration x group_size episodes served by the policy
+    # itself (no API cost); the update reads every request of every episode three times (sampling policy and
+    # reference log-probs, then the trained forward/backward, 6 FLOPs per parameter and token per epoch)
+    rl = cfg.rl
+    per_iteration = min(rl.tasks_per_iteration, max(verified, 1)) * rl.group_size
+    episodes = rl.iterations * per_iteration
+    rl_steps = min(c("rollout_steps"), rl.max_steps + 1)
+    rl_calls = rl_steps * c("rollout_calls_per_step")
+    episode_wall_s = rl_steps * c("rollout_exec_s_per_step") + rl_calls * c("llm_s_per_call")
+    rollout_wall_s = math.ceil(per_iteration / rl.concurrency) * episode_wall_s
+    update_tokens = per_iteration * rl_calls * min(c("rollout_prompt_per_call"), rl.max_length)
+    st = StageEstimate("rl", episodes, "episodes")
+    st.calls = episodes * rl_calls
+    st.prompt_tokens = st.calls * c("rollout_prompt_per_call")
+    st.completion_tokens = st.calls * min(c("rollout_completion_per_call"), rl.max_new_tokens)
+    if params and rl.gpus:
+        update_s = update_tokens * (6 * rl.epochs + 4) * params / (GPU_PEAK_FLOPS * TRAIN_MFU * rl.gpus)
+        st.gpu_hours = rl.iterations * rl.gpus * (rollout_wall_s + update_s) / 3600
+        st.note = (f"{rl.iterations} iterations x {per_iteration} episodes of ~{rl_steps:.1f} steps = {episodes:,.0f}"
+                   f" episodes; per iteration ~{rollout_wall_s / 60:.0f} min of rollouts + ~{update_s / 60:.0f} min of "
+                   f"update on {rl.gpus} GPUs (one job: policy server and trainer share them)")
+    else:
+        st.cpu_hours = rl.iterations * rollout_wall_s / 3600
+        st.note = (f"{rl.iterations} iterations x {per_iteration} episodes = {episodes:,.0f} episodes; "
+                   + ("CPU (rl.gpus = 0: no GPU-hours)" if not rl.gpus else
+                      "GPU-hours unknown (parameter count not in the student's name)"))
+    stages.append(st)
+
     # evaluation: models x tasks x runs_per_task; served models hold serving.gpus per (model, task) job
     ev = cfg.evaluate
     n_tasks, tasks_from = _eval_tasks(cfg)
@@ -555,7 +583,7 @@ def estimate(cfg: GymforgeConfig, measured: Measured | None = None) -> dict[str,
     stages.append(st)
 
     for s in stages:
-        if s.name not in ("evaluate",):
+        if s.name not in ("evaluate", "rl"):  # served models cost no API money
             s.price(teacher.price)
     totals = {k: sum(getattr(s, k) for s in stages)
               for k in ("calls", "prompt_tokens", "completion_tokens", "cost_usd", "gpu_hours", "cpu_hours")}
@@ -567,7 +595,7 @@ def estimate(cfg: GymforgeConfig, measured: Measured | None = None) -> dict[str,
         "measured_from": str(measured.results) if measured and measured.values else None,
         "plan": {"topic_slots": n, "topic_batches": batches, "kept_topics": kept_topics, "verified_tasks": verified,
                  "rollouts": rollouts, "shards": shards, "kept_trajectories": kept, "train_tokens": train_tokens,
-                 "eval_runs": st.items, "eval_tasks": n_tasks},
+                 "eval_runs": st.items, "eval_tasks": n_tasks, "rl_episodes": episodes},
         "stages": [s.__dict__ for s in stages],
         "evaluate_models": per_model,
         "totals": totals,
