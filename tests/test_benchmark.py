@@ -584,3 +584,48 @@ def test_a_gpu_task_runs_in_a_sandbox_that_sees_its_gpus(tmp_path: Path, monkeyp
         with pytest.raises(Reached) as reached:
             evaluation.evaluate_task(cfg, "teacher", task_id, [0], tmp_path / "runs" / f"{task_id}.json")
         assert reached.value.args == (gpus,)
+
+
+def _helper_task(root: Path, script: str) -> None:
+    helpers = root / "data" / "splitTask" / "_helpers"
+    helpers.mkdir(parents=True)
+    (helpers / "raw.csv").write_text("Id,x,y\n" + "".join(f"{i},{i * 2},{i % 3}\n" for i in range(20)))
+    (helpers / "_generate_split.py").write_text(script)
+
+
+SPLIT_HELPER = """
+import os, pandas as pd
+df = pd.read_csv("raw.csv")
+X = df.drop(columns=["y"], axis=1)  # pandas 1 style: pandas >= 2 rejects the redundant axis
+os.makedirs("../data", exist_ok=True)
+X[:15].to_csv("../data/train.csv", index=False)
+df[["Id", "y"]][15:].to_csv("../data/answer.csv", index=False)
+print("uid", os.getuid())
+"""
+
+
+def test_mlgym_helper_makes_local_data_in_the_sandbox(tmp_path: Path) -> None:
+    from gymforge.benchmark.prepare import prepare_local_data
+    from gymforge.sandbox import Limits, get_sandbox
+
+    _helper_task(tmp_path, SPLIT_HELPER)
+    made = prepare_local_data(tmp_path, "splitTask", "data/splitTask/data", sandbox=get_sandbox("local"),
+                              limits=Limits())
+    assert sorted(p.name for p in made.iterdir()) == ["answer.csv", "train.csv"]
+    assert made.joinpath("train.csv").read_text().splitlines()[0] == "Id,x"
+    assert not list(tmp_path.glob("data/.splitTask*.tmp"))  # nothing half-made is left beside it
+
+
+def test_mlgym_helper_cannot_plant_links_or_fail_silently(tmp_path: Path) -> None:
+    from gymforge.benchmark.prepare import PrepareError, prepare_local_data
+    from gymforge.sandbox import Limits, get_sandbox
+
+    _helper_task(tmp_path / "a", "import os\nos.makedirs('../data')\nos.symlink('/etc/shadow', '../data/answer.csv')\n")
+    with pytest.raises(PrepareError, match="non-regular files: answer.csv"):
+        prepare_local_data(tmp_path / "a", "splitTask", "data/splitTask/data", sandbox=get_sandbox("local"),
+                           limits=Limits())
+    assert not (tmp_path / "a" / "data" / "splitTask" / "data").exists()
+    _helper_task(tmp_path / "b", "raise SystemExit('no raw data')\n")
+    with pytest.raises(PrepareError, match="no raw data"):
+        prepare_local_data(tmp_path / "b", "splitTask", "data/splitTask/data", sandbox=get_sandbox("local"),
+                           limits=Limits())

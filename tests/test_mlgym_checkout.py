@@ -76,6 +76,32 @@ def test_submit_baseline_scores_the_recorded_game_baseline(task_id: str, tmp_pat
     assert traj.info.score[-1]["Score"] == pytest.approx(recorded, abs=0.03)  # sampling sd is about 0.005
 
 
+
+def test_house_price_split_is_made_in_the_sandbox_and_its_baseline_reproduces(tmp_path: Path) -> None:
+    """regressionKaggleHousePrice's data split comes from MLGym's own helper (run unmodified, in the sandbox);
+    its baseline then scores MLGym's recorded rmse and r2 (a deterministic evaluation: equal up to float
+    rounding). The task is copied, so the checkout is left as it is."""
+    from gymforge.benchmark.suite import load_benchmark, require_runnable
+    from gymforge.core.config import EvaluateConfig
+    from gymforge.sandbox import Limits
+
+    task_id = "regressionKaggleHousePrice"
+    if not Path(MLGYM_ROOT, "data", task_id, "_helpers").is_dir():
+        pytest.skip(f"{task_id} is not in this checkout")
+    root = tmp_path / "mlgym"
+    shutil.copytree(Path(MLGYM_ROOT, "configs"), root / "configs")
+    shutil.copytree(Path(MLGYM_ROOT, "data", task_id), root / "data" / task_id,
+                    ignore=shutil.ignore_patterns("data"))  # as MLGym ships it: no split yet
+    task = next(t for t in load_benchmark(EvaluateConfig(benchmark="mlgym", mlgym_root=str(root))) if t.id == task_id)
+    require_runnable(task, tmp_path / "cache", 0, sandbox=get_sandbox("local"), limits=Limits())
+    made = root / "data" / task_id / "data"
+    assert sorted(p.name for p in made.iterdir()) == ["answer.csv", "test.csv", "train.csv", "validation.csv"]
+    traj = read_trajectory(run_task(task.task_yaml, root, "submit-baseline", tmp_path / "out", gpus=0))
+    recorded = load_task_config(task.task_yaml).baseline_scores[0]
+    assert traj.info.exit_status == "submitted"
+    assert traj.info.score[-1]["rmse"] == pytest.approx(recorded["rmse"], rel=1e-9)
+    assert traj.info.score[-1]["r2"] == pytest.approx(recorded["r2"], rel=1e-9)
+
 def test_mlgym_loader_accepts_a_verified_environment(tmp_path: Path) -> None:
     python = os.environ.get("MLGYM_PYTHON", sys.executable)
     probe = subprocess.run([python, "-c", "import mlgym.environment.tasks"], check=False, cwd=MLGYM_ROOT,

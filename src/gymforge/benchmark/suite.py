@@ -194,8 +194,19 @@ def unmet_needs(task: BenchmarkTask, dataset_cache: Path | str, gpus: int) -> li
     return problems
 
 
-def require_runnable(task: BenchmarkTask, dataset_cache: Path | str, gpus: int) -> None:
-    """Raise TaskUnavailable naming everything `task` is missing here (see `unmet_needs`)."""
+def require_runnable(task: BenchmarkTask, dataset_cache: Path | str, gpus: int, *, sandbox=None, limits=None) -> None:
+    """Raise TaskUnavailable naming everything `task` is missing here (see `unmet_needs`). With a `sandbox`,
+    local data that MLGym makes with a helper script is made first (`benchmark.prepare`)."""
+    if sandbox is not None:
+        from gymforge.benchmark.prepare import PrepareError, helpers, prepare_local_data
+
+        for path in task.local_data:
+            if not (task.root / path).exists() and helpers(task.root, task.id):
+                try:
+                    prepare_local_data(task.root, task.id, path, sandbox=sandbox, limits=limits)
+                except (PrepareError, OSError, ValueError) as err:
+                    raise TaskUnavailable(f"benchmark task {task.id} cannot run: its local data {path} could "
+                                          f"not be made: {err}") from err
     if problems := unmet_needs(task, dataset_cache, gpus):
         raise TaskUnavailable(f"benchmark task {task.id} cannot run: " + "; and ".join(problems))
 

@@ -97,6 +97,8 @@ class Session:
 # host and in every run, so trajectories carry no host paths and a student sees at evaluation the paths it
 # was trained on.
 WORKDIR = "/workspace"
+# MLGym's container path of the workspace: its tasks' evaluators hard-code it, so it names WORKDIR too.
+MLGYM_WORKDIR = "/home/agent/workspace"
 
 
 class SandboxBackend(Protocol):

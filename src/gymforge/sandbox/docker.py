@@ -24,6 +24,7 @@ except init, the keeper and the shell is killed; a restart kills the shell too a
 
 from __future__ import annotations
 
+import logging
 import os
 import select
 import socket
@@ -37,6 +38,7 @@ from . import cgroups, disk
 from .base import (
     DEFAULT_MAX_OUTPUT,
     PATH,
+    MLGYM_WORKDIR,
     WORKDIR,
     ExecResult,
     LimitWatch,
@@ -51,6 +53,8 @@ from .base import (
     sandbox_env,
 )
 from .shell import ShellSession
+
+log = logging.getLogger(__name__)
 
 # Kills every process of the container except init, this script and the pids given as arguments; a
 # fork between listing and killing is caught by the next round. Builtins only: nothing of it forks.
@@ -173,7 +177,8 @@ class DockerBackend:
         ws_read_only: bool = False, cgroup_parent: str | None = None,
     ) -> Any:
         t = self._docker.types
-        binds = [t.Mount(WORKDIR, str(ws), type="bind", read_only=ws_read_only)]
+        binds = [t.Mount(WORKDIR, str(ws), type="bind", read_only=ws_read_only),
+                 t.Mount(MLGYM_WORKDIR, str(ws), type="bind", read_only=ws_read_only)]  # MLGym's path of it
         binds += [
             t.Mount(resolve_target(m.target, WORKDIR), str(m.host.resolve()), type="bind", read_only=m.read_only)
             for m in mounts
@@ -244,8 +249,18 @@ class DockerBackend:
             created = self._mount_points(ws, mounts)
             if cgroups.available():
                 parent = cgroups.DockerParent(limits.memory_mb, limits.max_processes)
-            container = self._run(ws, ["sleep", "infinity"], limits, mounts, env,
-                                  cgroup_parent=parent.path if parent else None)
+            try:
+                container = self._run(ws, ["sleep", "infinity"], limits, mounts, env,
+                                      cgroup_parent=parent.path if parent else None)
+            except self._docker.errors.APIError as err:
+                if parent is None:
+                    raise
+                # e.g. the systemd cgroup driver, which takes slices only: each container keeps its own limits
+                log.warning("docker refused the episode's cgroup parent (%s): session and evaluation are limited "
+                            "per container", err)
+                parent.remove()
+                parent = None
+                container = self._run(ws, ["sleep", "infinity"], limits, mounts, env)
             # The keeper is the only child of docker-init so far; it must survive every kill.
             r = container.exec_run(["cat", "/proc/1/task/1/children"], user=self.user)
             keeper = int(r.output.split()[0])

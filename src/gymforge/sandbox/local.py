@@ -46,6 +46,7 @@ from . import beneath, cgroups, disk
 from .base import (
     DEFAULT_MAX_OUTPUT,
     PATH,
+    MLGYM_WORKDIR,
     WORKDIR,
     ExecResult,
     Limits,
@@ -167,6 +168,10 @@ def _bwrap_argv(
             v.bind("--dev-bind", str(dev), str(dev))
         v.bind("--ro-bind", "/sys", "/sys")
     v.bind("--ro-bind" if ws_read_only else "--bind", str(ws), WORKDIR)
+    # MLGym's path of the workspace (its evaluators hard-code it): a symlink in world-readable parents.
+    parent = str(Path(MLGYM_WORKDIR).parent)
+    v.args += ["--perms", "0755", "--dir", str(Path(parent).parent), "--perms", "0755", "--dir", parent,
+               "--symlink", WORKDIR, MLGYM_WORKDIR]
     for m in sorted(mounts, key=lambda m: resolve_target(m.target, WORKDIR).count("/")):
         v.bind("--ro-bind" if m.read_only else "--bind", str(m.host.resolve()), resolve_target(m.target, WORKDIR))
     a += v.args + ["--chdir", WORKDIR, "--"]

@@ -140,7 +140,10 @@ def evaluate_task(cfg: GymforgeConfig, model: str, task_id: str, runs: list[int]
     task = next((t for t in load_benchmark(cfg.evaluate) if t.id == task_id), None)
     if task is None:
         raise ValueError(f"task {task_id!r} is not in the {cfg.evaluate.benchmark} benchmark")
-    require_runnable(task, cache_root(cfg), visible_gpus() if task.gpus else 0)  # hub data, GPUs: say what's missing
+    episodes = EpisodeRunner.for_config(cfg, task.gpus)  # a GPU task's devices
+    # hub data, GPUs: say what's missing; local data MLGym makes with a helper: made now, in the sandbox
+    require_runnable(task, cache_root(cfg), visible_gpus() if task.gpus else 0, sandbox=episodes.sandbox,
+                     limits=episodes.limits)
     config = load_task_config(task.task_yaml)
     baseline = config.baseline_scores[0] if config.baseline_scores else None
     served = served_name(spec, checkpoint)
@@ -159,7 +162,6 @@ def evaluate_task(cfg: GymforgeConfig, model: str, task_id: str, runs: list[int]
                         baseline=baseline, fingerprint=stamp, resumed=len(done))
     if todo:
         gpus = cfg.evaluate.serving.gpus if spec.source in SERVED_SOURCES else 0
-        episodes = EpisodeRunner.for_config(cfg, task.gpus)  # a GPU task's devices
         with open_endpoint(cfg, spec, checkpoint=checkpoint, served_name=served, log=log_file) as endpoint:
             llm = _client(cfg, spec, endpoint)
             log.info("%s served as %s at %s (gpus=%d)", model, endpoint.model, endpoint.base_url, gpus)
