@@ -15,6 +15,7 @@ rule micro_task:
     params:
         digest=CFG.digest("seed", "sandbox", "micro"),
     resources:
+        gpu=CFG.trajectories.gpus,  # verification's check, with the GPUs the task's rollouts get
         mem_mb=CFG.sandbox.memory_mb + 1024,
         runtime=30,
     shell:
@@ -22,6 +23,7 @@ rule micro_task:
             "micro-task",
             "--slot {wildcards.slot} --report {input.report} --env {input.env} "
             "--report-out {output.report} --env-out {output.env}",
+            gpus=True,
         )
 
 
