@@ -65,7 +65,39 @@ def audit_html(stats: dict | None) -> str:
             f"{_table(['flag', 'rollouts'], rows) if rows else ''}")
 
 
-def summary_html(report: dict, out: Path, sft_stats: dict | None = None) -> Path:
+def rl_html(results: Path) -> str:
+    """The RL reward curves (`rl/<student>/curve.json`, rule train_rl), or nothing when no RL ran."""
+    import base64
+
+    parts = []
+    for curve_file in sorted(Path(results).glob("rl/*/curve.json")):
+        curve = json.loads(curve_file.read_text())
+        rows = curve.get("iterations", [])
+        if not rows:
+            continue
+        fig, ax = plt.subplots(figsize=(6, 3))
+        ax.plot([r["iteration"] for r in rows], [r["mean_reward"] for r in rows], marker="o", label="mean reward")
+        ax.plot([r["iteration"] for r in rows], [r["valid_share"] for r in rows], marker=".", label="valid share")
+        ax.set_xlabel("iteration")
+        ax.legend()
+        buf = io.BytesIO()
+        fig.tight_layout()
+        fig.savefig(buf, format="png", dpi=90)
+        plt.close(fig)
+        png = base64.b64encode(buf.getvalue()).decode()
+        table = _table(["iteration", "mean reward", "valid share", "mean duration s", "KL"],
+                       [[r["iteration"], f"{r['mean_reward']:.3f}", f"{r['valid_share']:.2f}",
+                         f"{r['mean_duration_s']:.2f}", f"{r['kl']:.4f}"] for r in rows])
+        quarters = ""
+        if "first_quarter_mean_reward" in curve:
+            quarters = (f"<p>mean reward, first quarter of the iterations {curve['first_quarter_mean_reward']:.3f}, "
+                        f"last quarter {curve['last_quarter_mean_reward']:.3f}</p>")
+        parts.append(f"<h2>On-policy RL: {html.escape(curve_file.parent.name)}</h2>{quarters}"
+                     f"<img src='data:image/png;base64,{png}' alt='reward curve'>{table}")
+    return "".join(parts)
+
+
+def summary_html(report: dict, out: Path, sft_stats: dict | None = None, results: Path | None = None) -> Path:
     stages = report["stages"]
     funnel = [[n, s["planned"], s["done"], s["ok"], sum(s["discarded"].values()), s["skipped"]] for n, s in stages.items()]
     reasons = [[n, code, count] for n, s in stages.items() for code, count in s["discarded"].items()]
@@ -77,6 +109,7 @@ def summary_html(report: dict, out: Path, sft_stats: dict | None = None) -> Path
         f"<h2>Funnel</h2>{_table(['stage', 'planned', 'done', 'kept', 'discarded', 'skipped'], funnel)}"
         f"<h2>Discard and failure reasons</h2>{_table(['stage', 'reason', 'items'], reasons)}"
         f"{audit_html(sft_stats)}"
+        f"{rl_html(results) if results else ''}"
         f"<h2>LLM usage per stage</h2>"
         f"{_table(['stage', 'calls', 'cache hits', 'prompt tokens', 'completion tokens', 'cost $'], usage)}"
         f"<p>LLM requests sent (this results directory, all time): {report['llm']['requests_sent']}</p>"
@@ -87,5 +120,5 @@ def summary_html(report: dict, out: Path, sft_stats: dict | None = None) -> Path
 def write_summary(results: Path, html_out: Path, png_out: Path) -> None:
     report = collect(Path(results))
     stats = Path(results) / "sft" / "stats.json"
-    summary_html(report, html_out, json.loads(stats.read_text()) if stats.is_file() else None)
+    summary_html(report, html_out, json.loads(stats.read_text()) if stats.is_file() else None, Path(results))
     funnel_png(report, png_out)

@@ -54,7 +54,11 @@ def iteration_dir(work: Path, iteration: int) -> Path:
 def fingerprint(cfg: GymforgeConfig, sft_checkpoint: Path, slots: list[str]) -> str:
     from gymforge.stages.evaluation import checkpoint_tag
 
-    return text_hash(cfg.digest("seed", "rl") + checkpoint_tag(str(sft_checkpoint)) + ",".join(slots))
+    # every setting that changes what an iteration does; not `iterations`: a run may be extended or cut short
+    view = cfg.rerun_view()["rl"]
+    view.pop("iterations")
+    return text_hash(json.dumps([cfg.seed, view], sort_keys=True) + checkpoint_tag(str(sft_checkpoint))
+                     + ",".join(slots))
 
 
 def plan_iteration(cfg: GymforgeConfig, iteration: int, tasks: list[Any], best: dict[str, Any],
