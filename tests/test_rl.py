@@ -210,6 +210,20 @@ def test_mask_covers_exactly_the_reply(student: Path) -> None:
     assert len(ids_cut) == 20 and sum(mask_cut) == sum(mask)  # the prompt side is cut, the reply kept
 
 
+def test_logprobs_use_the_sampling_temperature(student: Path) -> None:
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    model = AutoModelForCausalLM.from_pretrained(str(student)).eval()
+    ids = [5, 17, 42, 8, 99]
+    with torch.no_grad():
+        logits = model(input_ids=torch.tensor([ids])).logits[0, :-1].float()
+        want = torch.log_softmax(logits / 0.5, -1).gather(1, torch.tensor(ids[1:])[:, None])[:, 0]
+        got = grpo.token_logprobs(model, ids, 0.5)
+        plain = grpo.token_logprobs(model, ids)
+    assert torch.allclose(got, want, atol=1e-5) and not torch.allclose(got, plain, atol=1e-3)
+
+
 def fake_episode(seed: int, good: bool, rejected: bool = False) -> Trajectory:
     """A two-step episode as the agent loop records it (history, steps, one rejected reply)."""
     from gymforge.core.prompts import render

@@ -306,8 +306,8 @@ class RLConfig(_Strict):
     concurrency: int = Field(2, ge=1, description="Episodes in flight at once.")
     improve_fraction: float = Field(0.5, ge=0, le=1, description="Share of episodes that start from the task's best "
                                     "previous solution with the improve prompt (paper: half).")
-    temperature: float = Field(1.0, gt=0, le=2, description="Sampling temperature of the rollouts (log-probs are "
-                               "taken at 1.0, so keep it there for an unbiased on-policy update).")
+    temperature: float = Field(1.0, gt=0, le=2, description="Sampling temperature of the rollouts; the update's "
+                               "log-probs use the same temperature (the policy as it was sampled).")
     max_new_tokens: int = Field(256, ge=1, description="Tokens per reply in rollouts.")
     learning_rate: float = Field(1e-6, gt=0)
     epochs: int = Field(1, ge=1, description="Passes over an iteration's samples.")

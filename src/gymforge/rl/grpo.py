@@ -141,12 +141,13 @@ def tokenize_sample(tokenizer: Any, request: list[dict[str, str]], response: str
 # ---- log-probs and the loss -------------------------------------------------------------------------
 
 
-def token_logprobs(model: Any, input_ids: list[int]) -> Any:
-    """Log-prob of every token given its prefix (length len(ids) - 1, aligned with ids[1:])."""
+def token_logprobs(model: Any, input_ids: list[int], temperature: float = 1.0) -> Any:
+    """Log-prob of every token given its prefix (length len(ids) - 1, aligned with ids[1:]) under the policy as it
+    was sampled: logits divided by the sampling temperature."""
     import torch
 
     ids = torch.tensor([input_ids], device=model.device)
-    logits = model(input_ids=ids).logits[0, :-1].float()
+    logits = model(input_ids=ids).logits[0, :-1].float() / temperature
     return torch.log_softmax(logits, dim=-1).gather(1, ids[0, 1:, None])[:, 0]
 
 
@@ -167,7 +168,7 @@ def sample_loss(new_lp: Any, old_lp: Any, ref_lp: Any, mask: Any, advantage: flo
 
 
 def prepare(samples: list[ActionSample], tokenizer: Any, policy: Any, reference: Any, *, max_length: int,
-            template: str | None) -> list[ActionSample]:
+            template: str | None, temperature: float = 1.0) -> list[ActionSample]:
     """Tokenize, then take the sampling policy's and the reference's log-probs; samples without a reply token
     (cut off by max_length) are dropped."""
     import torch
@@ -178,14 +179,15 @@ def prepare(samples: list[ActionSample], tokenizer: Any, policy: Any, reference:
         if sum(s.mask[1:]) == 0:
             continue
         with torch.no_grad():
-            s.old_logprobs = token_logprobs(policy, s.input_ids)
-            s.ref_logprobs = token_logprobs(reference, s.input_ids)
+            s.old_logprobs = token_logprobs(policy, s.input_ids, temperature)
+            s.ref_logprobs = token_logprobs(reference, s.input_ids, temperature)
         kept.append(s)
     return kept
 
 
 def update(policy: Any, optimizer: Any, samples: list[ActionSample], *, epochs: int, minibatches: int,
-           clip_eps: float, kl_coef: float, max_grad_norm: float, rng: random.Random) -> dict[str, float]:
+           clip_eps: float, kl_coef: float, max_grad_norm: float, rng: random.Random,
+           temperature: float = 1.0) -> dict[str, float]:
     """Clipped policy-gradient steps over prepared samples; returns mean loss, KL and clipped share."""
     import torch
 
@@ -204,7 +206,7 @@ def update(policy: Any, optimizer: Any, samples: list[ActionSample], *, epochs: 
             weight_sum = sum(s.weight for s in batch) or 1.0
             optimizer.zero_grad(set_to_none=True)
             for s in batch:
-                new_lp = token_logprobs(policy, s.input_ids)
+                new_lp = token_logprobs(policy, s.input_ids, temperature)
                 mask = torch.tensor(s.mask[1:], device=new_lp.device)
                 loss, kl, clipped = sample_loss(new_lp, s.old_logprobs, s.ref_logprobs, mask, s.advantage,
                                                 clip_eps=clip_eps, kl_coef=kl_coef)
