@@ -80,6 +80,8 @@ def _table_value(cell: str) -> Any:
     cell = cell.strip().strip("`")
     if " / " in cell:  # a price: input / output per million tokens
         return {"input_per_mtok": float(cell.split(" / ")[0]), "output_per_mtok": float(cell.split(" / ")[1])}
+    if cell.startswith("["):
+        return yaml.safe_load(cell)
     if cell in ("null", "true", "false"):
         return {"null": None, "true": True, "false": False}[cell]
     for kind in (int, float):
