@@ -169,12 +169,15 @@ def _graph(kind: str, rng: Rng) -> dict[str, object]:
     return {"n": n, "edges": sorted(sorted((relabel[u], relabel[v])) for u, v in edges)}
 
 
+def _json_lines(items: list[object]) -> str:
+    """A JSON array with one compact item per line (the committed task data stays diffable)."""
+    return "[\n" + ",\n".join("  " + json.dumps(i, separators=(",", ":")) for i in items) + "\n]\n"
+
+
 def _graphs(seed: int, count: int) -> str:
     rng = Rng(seed)
     kinds = ["random", "planted", "geometric"] * math.ceil(count / 3)
-    graphs = [_graph(kind, rng) for kind in kinds[:count]]
-    lines = ",\n".join("  " + json.dumps(g, separators=(",", ":")) for g in graphs)
-    return "[\n" + lines + "\n]\n"
+    return _json_lines([_graph(kind, rng) for kind in kinds[:count]])
 
 
 def graph_coloring() -> dict[str, str]:
@@ -220,9 +223,7 @@ def _maze(rng: Rng) -> dict[str, object]:
 
 def _mazes(seed: int, count: int) -> str:
     rng = Rng(seed)
-    maps = [_maze(rng) for _ in range(count)]
-    lines = ",\n".join("  " + json.dumps(m, separators=(",", ":")) for m in maps)
-    return "[\n" + lines + "\n]\n"
+    return _json_lines([_maze(rng) for _ in range(count)])
 
 
 def grid_navigation() -> dict[str, str]:

@@ -20,6 +20,15 @@ class LoopbackHTTPServer(ThreadingHTTPServer):
     request_queue_size = 128
     daemon_threads = True
 
+    def serve_until_interrupted(self) -> None:
+        """Serve in the foreground until Ctrl-C (or SIGINT), then close the socket."""
+        try:
+            self.serve_forever()
+        except KeyboardInterrupt:
+            pass
+        finally:
+            self.server_close()
+
 
 class BadRequest(ValueError):
     def __init__(self, status: int, message: str, kind: str = "invalid_request_error") -> None:

@@ -508,12 +508,7 @@ def main(argv: Sequence[str] | None = None) -> None:
         atomic.write_text(args.port_file, f"{port}\n")
     print(f"serving {args.checkpoint} as {args.served_name!r} on http://{args.host}:{port}/v1 "
           f"(device {chat.device}, context {chat.context})", flush=True)
-    try:
-        server.serve_forever()
-    except KeyboardInterrupt:
-        pass
-    finally:
-        server.server_close()
+    server.serve_until_interrupted()
 
 
 if __name__ == "__main__":

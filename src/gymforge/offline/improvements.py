@@ -27,6 +27,7 @@ from gymforge.offline.families.common import (
     parse_facts,
 )
 from gymforge.offline.families.games import MATRIX_GAMES, parse_game
+from gymforge.offline.families.tabular import PREPROCESS
 
 Kind = Literal["csv", "model", "python", "unknown"]
 
@@ -232,16 +233,7 @@ LABELS: dict[str, str] = {
     "bfd": "best fit decreasing",
 }
 
-_PREPROCESS = '''\
-    numeric = make_pipeline(SimpleImputer(strategy="median"), StandardScaler())
-    categorical = make_pipeline(
-        SimpleImputer(strategy="most_frequent"), OneHotEncoder(handle_unknown="ignore", sparse_output=False)
-    )
-    features = ColumnTransformer([
-        ("numeric", numeric, make_column_selector(dtype_include="number")),
-        ("categorical", categorical, make_column_selector(dtype_exclude="number")),
-    ])
-'''
+_PREPROCESS = PREPROCESS  # the baseline's preprocessing, kept by every improved model
 _PREPROCESS_IMPORTS = [
     ("sklearn.compose", "ColumnTransformer"), ("sklearn.compose", "make_column_selector"),
     ("sklearn.impute", "SimpleImputer"), ("sklearn.pipeline", "make_pipeline"),

@@ -122,9 +122,4 @@ def serve(host: str = "127.0.0.1", port: int = 8000) -> None:
     """Serve in the foreground until interrupted (the `gymforge teacher-server` command)."""
     server = _make_server(host, port)
     log.info("offline teacher listening on http://%s:%d/v1", host, server.server_address[1])
-    try:
-        server.serve_forever()
-    except KeyboardInterrupt:
-        pass
-    finally:
-        server.server_close()
+    server.serve_until_interrupted()

@@ -2,11 +2,7 @@
 
 from __future__ import annotations
 
-import random
-from typing import Any
-
 from gymforge.offline.families import tabular
-from gymforge.offline.families.common import TaskSpec
 
 NAME = "tabular_regression"
 ENTRYPOINT = "CSVSubmissionTasks"
@@ -29,24 +25,7 @@ CLOSINGS = (
 )
 
 
-def plan(proposal: dict[str, Any], rng: random.Random) -> TaskSpec | None:
-    return tabular.plan(NAME, PROBLEM, METRICS, proposal, rng)
-
-
-def file_names(spec: TaskSpec) -> tuple[str, str]:
-    return FILES
-
-
-def describe(spec: TaskSpec, proposal: dict[str, Any], rng: random.Random) -> str:
-    facts = {"task": PROBLEM, "target column": spec.target, "metric": f"{spec.metric} ({spec.direction})",
-             "submission": tabular.csv_submission_note(spec)}
-    lines = tuple(line.format(target=spec.target) for line in TASK_LINES)
-    return tabular.csv_description(spec, proposal, rng, lines, CLOSINGS, facts)
-
-
-def files(spec: TaskSpec, rng: random.Random) -> dict[str, str]:
-    return {FILES[0]: tabular.csv_baseline(spec, rng), FILES[1]: tabular.csv_evaluate(spec)}
-
-
-def runtime_bug(sources: dict[str, str], spec: TaskSpec, rng: random.Random) -> dict[str, str]:
-    return tabular.csv_runtime_bug(sources, spec, FILES[0], rng)
+# the family protocol, shared with the other CSV family (tabular.CsvFamily)
+_FAMILY = tabular.CsvFamily(NAME, PROBLEM, METRICS, FILES, TASK_LINES, CLOSINGS)
+plan, file_names, describe = _FAMILY.plan, _FAMILY.file_names, _FAMILY.describe
+files, runtime_bug = _FAMILY.files, _FAMILY.runtime_bug

@@ -150,9 +150,8 @@ from sklearn.impute import SimpleImputer
 from sklearn.pipeline import make_pipeline
 from sklearn.preprocessing import OneHotEncoder, StandardScaler"""
 
-BUILD_MODEL = Template('''\
-def build_model():
-    """Impute and encode by dtype, so the pipeline accepts any subset of the columns."""
+# build_model's preprocessing (the improvements' models reuse it): impute and encode by dtype
+PREPROCESS = '''\
     numeric = make_pipeline(SimpleImputer(strategy="median"), StandardScaler())
     categorical = make_pipeline(
         SimpleImputer(strategy="most_frequent"), OneHotEncoder(handle_unknown="ignore", sparse_output=False)
@@ -161,6 +160,12 @@ def build_model():
         ("numeric", numeric, make_column_selector(dtype_include="number")),
         ("categorical", categorical, make_column_selector(dtype_exclude="number")),
     ])
+'''
+
+BUILD_MODEL = Template('''\
+def build_model():
+    """Impute and encode by dtype, so the pipeline accepts any subset of the columns."""
+''' + PREPROCESS + '''\
     return make_pipeline(features, $model)
 ''')
 
@@ -401,3 +406,31 @@ def csv_description(spec: TaskSpec, proposal: dict[str, Any], rng: random.Random
     ))
     body = [rng.choice(task_lines) + " " + METRIC_LINES[spec.metric], "{dataset_docs}", workspace + " " + DATA_NOTE]
     return description(proposal_text(proposal), body, facts, example, rng.choice(closings))
+
+
+class CsvFamily:
+    """The family protocol (`plan`, `file_names`, `describe`, `files`, `runtime_bug`) of a CSVSubmissionTasks
+    family over one tabular problem: classification and regression differ only in these constants."""
+
+    def __init__(self, name: str, problem: str, metrics: tuple[str, ...], files: tuple[str, str],
+                 task_lines: tuple[str, ...], closings: tuple[str, ...]) -> None:
+        self.name, self.problem, self.metrics, self.file_pair = name, problem, metrics, files
+        self.task_lines, self.closings = task_lines, closings
+
+    def plan(self, proposal: dict[str, Any], rng: random.Random) -> TaskSpec | None:
+        return plan(self.name, self.problem, self.metrics, proposal, rng)  # the module's plan
+
+    def file_names(self, spec: TaskSpec) -> tuple[str, str]:
+        return self.file_pair
+
+    def describe(self, spec: TaskSpec, proposal: dict[str, Any], rng: random.Random) -> str:
+        facts = {"task": self.problem, "target column": spec.target, "metric": f"{spec.metric} ({spec.direction})",
+                 "submission": csv_submission_note(spec)}
+        lines = tuple(line.format(target=spec.target) for line in self.task_lines)
+        return csv_description(spec, proposal, rng, lines, self.closings, facts)
+
+    def files(self, spec: TaskSpec, rng: random.Random) -> dict[str, str]:
+        return {self.file_pair[0]: csv_baseline(spec, rng), self.file_pair[1]: csv_evaluate(spec)}
+
+    def runtime_bug(self, sources: dict[str, str], spec: TaskSpec, rng: random.Random) -> dict[str, str]:
+        return csv_runtime_bug(sources, spec, self.file_pair[0], rng)
