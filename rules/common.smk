@@ -1,5 +1,6 @@
 # Shared helpers: paths, wildcard constraints, the resolved config handed to every job.
 import functools
+import os
 import shlex
 from pathlib import Path
 import sys
@@ -53,6 +54,9 @@ def _resolved_config_path():
 
 
 CONFIG_JSON = _resolved_config_path()
+# What `--config "$GYMFORGE_CONFIG"` reads (gymforge() below). Set here, never read from the environment, so
+# there is nothing for an `envvars:` directive to assert.
+os.environ.update(GYMFORGE_CONFIG=CONFIG_JSON)
 
 
 def gymforge(verb, args, *, config=True, gpus=False, launcher=None):
@@ -61,10 +65,13 @@ def gymforge(verb, args, *, config=True, gpus=False, launcher=None):
     that already ends in `gymforge <verb>` (`accelerate launch ... -m gymforge train-student`).
 
     Built at parse time, so a shell directive refers to nothing outside its rule (`snakemake --lint`). The
-    config path is deliberately not a param: it changes with every config edit, while the rules' digest
-    params (`CFG.digest(...)`) rerun exactly the jobs whose slice of the config changed."""
+    config path reaches the job through the environment ($GYMFORGE_CONFIG, set below), neither as a param nor in
+    the command's text: it changes with every config edit, and the text of a shell command is Snakemake's "code"
+    rerun trigger, so either would rerun every job; the rules' digest params (`CFG.digest(...)`) rerun exactly
+    the jobs whose slice of the config changed. A job inherits the variable from the Snakemake process that
+    starts it (on a cluster node, the job's own Snakemake, which parses the same config)."""
     step = launcher or (f"{GYMFORGE} {verb}" if gpus else f"{GYMFORGE} --log {{log}} {verb}")
-    command = f"{step} --config {shlex.quote(CONFIG_JSON)} {args}" if config else f"{step} {args}"
+    command = f'{step} --config "$GYMFORGE_CONFIG" {args}' if config else f"{step} {args}"
     return f"{GYMFORGE} --log {{log}} with-gpus {{resources.gpu}} -- {command}" if gpus else command
 
 
