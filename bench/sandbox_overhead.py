@@ -71,10 +71,11 @@ def main() -> None:
                 rows.append((task, before, after))
         finally:
             subprocess.run(["git", "-C", str(ROOT), "worktree", "remove", "--force", str(worktree)], check=False)
-    print(f"{'task':16} {'what':9} {'before s':>9} {'after s':>9} {'ratio':>6}")
+    print(f"{'task':16} {'what':9} {'before ms':>9} {'after ms':>9} {'ratio':>6}")
     for task, before, after in rows:
         for what in ("validate", "trivial"):
-            print(f"{task:16} {what:9} {before[what]:9.3f} {after[what]:9.3f} {after[what] / before[what]:6.2f}")
+            b, a = before[what] * 1e3, after[what] * 1e3
+            print(f"{task:16} {what:9} {b:9.1f} {a:9.1f} {a / b:6.2f}")
     ratios = [after["validate"] / before["validate"] for _, before, after in rows]
     print(f"median validate ratio (after/before): {statistics.median(ratios):.2f}")
 
