@@ -149,7 +149,7 @@ def test_paper_scale_estimate_is_fast_and_arithmetic(tmp_path: Path) -> None:
     verified = 1000 * DEFAULTS["verified_per_slot"].value
     assert r["plan"]["topic_batches"] == 50
     assert r["plan"]["rollouts"] == pytest.approx(verified * 256) and r["plan"]["shards"] == pytest.approx(verified)
-    assert r["plan"]["eval_runs"] == 3 * 13 * 64
+    assert r["plan"]["eval_runs"] == 4 * 13 * 64  # teacher, student-base, student-sft, student-rl
     assert stage(r, "training")["gpu_hours"] > 0 and stage(r, "trajectories")["gpu_hours"] > 0
     assert stage(r, "evaluate")["gpu_hours"] > 0  # the two served students, 1 GPU per job
     assert math.isfinite(r["totals"]["cost_usd"]) and r["totals"]["cost_usd"] > 0
