@@ -211,7 +211,7 @@ def update(policy: Any, optimizer: Any, samples: list[ActionSample], *, epochs: 
                 loss, kl, clipped = sample_loss(new_lp, s.old_logprobs, s.ref_logprobs, mask, s.advantage,
                                                 clip_eps=clip_eps, kl_coef=kl_coef)
                 (loss * s.weight / weight_sum).backward()
-                totals["loss"] += float(loss)
+                totals["loss"] += float(loss.detach())
                 totals["kl"] += float(kl)
                 totals["clipped"] += float(clipped)
                 count += 1
