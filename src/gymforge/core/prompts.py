@@ -7,8 +7,10 @@ import os
 from functools import lru_cache
 from importlib.resources import files
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-import jinja2
+if TYPE_CHECKING:
+    import jinja2
 
 # The templates ship inside the package (an installed wheel renders them too); GYMFORGE_TEMPLATES overrides them.
 _DEFAULT_DIR = Path(str(files("gymforge.core") / "templates"))
@@ -20,6 +22,8 @@ def templates_dir() -> Path:
 
 @lru_cache(maxsize=4)
 def _environment(root: str) -> jinja2.Environment:
+    import jinja2  # here, not at the top: the Snakefile imports templates_dir() at parse time (0.2 s)
+
     return jinja2.Environment(
         loader=jinja2.FileSystemLoader(root),
         undefined=jinja2.StrictUndefined,

@@ -31,7 +31,6 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from filelock import FileLock
 from pydantic import BaseModel, Field
 
 from gymforge.core import atomic
@@ -170,6 +169,8 @@ def prefetch(hub: DatasetHub, dataset_id: str, root: Path | str) -> Manifest:
     """
     dest = entry_dir(root, dataset_id)
     dest.parent.mkdir(parents=True, exist_ok=True)
+    from filelock import FileLock  # here, not at the top: the Snakefile imports this module at parse time
+
     with FileLock(str(dest.parent / f".{dest.name}.lock")):
         for stale in dest.parent.glob(f".{dest.name}.*.tmp"):  # atomic.directory's temporary names
             shutil.rmtree(stale, ignore_errors=True)
