@@ -168,9 +168,10 @@ def sample_loss(new_lp: Any, old_lp: Any, ref_lp: Any, mask: Any, advantage: flo
 
 
 def prepare(samples: list[ActionSample], tokenizer: Any, policy: Any, reference: Any, *, max_length: int,
-            template: str | None, temperature: float = 1.0) -> list[ActionSample]:
+            template: str | None, temperature: float = 1.0, single_step: bool = False) -> list[ActionSample]:
     """Tokenize, then take the sampling policy's and the reference's log-probs; samples without a reply token
-    (cut off by max_length) are dropped."""
+    (cut off by max_length) are dropped. `single_step` (one epoch, one minibatch): the policy has not moved when
+    the loss is taken, so the sampling log-probs are the update's own forward pass, detached (no extra pass)."""
     import torch
 
     kept = []
@@ -179,7 +180,7 @@ def prepare(samples: list[ActionSample], tokenizer: Any, policy: Any, reference:
         if sum(s.mask[1:]) == 0:
             continue
         with torch.no_grad():
-            s.old_logprobs = token_logprobs(policy, s.input_ids, temperature)
+            s.old_logprobs = None if single_step else token_logprobs(policy, s.input_ids, temperature)
             s.ref_logprobs = token_logprobs(reference, s.input_ids, temperature)
         kept.append(s)
     return kept
@@ -208,7 +209,8 @@ def update(policy: Any, optimizer: Any, samples: list[ActionSample], *, epochs: 
             for s in batch:
                 new_lp = token_logprobs(policy, s.input_ids, temperature)
                 mask = torch.tensor(s.mask[1:], device=new_lp.device)
-                loss, kl, clipped = sample_loss(new_lp, s.old_logprobs, s.ref_logprobs, mask, s.advantage,
+                old_lp = new_lp.detach() if s.old_logprobs is None else s.old_logprobs
+                loss, kl, clipped = sample_loss(new_lp, old_lp, s.ref_logprobs, mask, s.advantage,
                                                 clip_eps=clip_eps, kl_coef=kl_coef)
                 (loss * s.weight / weight_sum).backward()
                 totals["loss"] += float(loss.detach())

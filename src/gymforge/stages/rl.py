@@ -276,7 +276,7 @@ def run_rl(cfg: GymforgeConfig, sft_checkpoint: Path, tasks: list[Any], checkpoi
             s.advantage, s.weight = advantage[s.episode], w
         samples = [s for s in samples if s.advantage != 0.0]  # nothing to learn from a zero advantage
         samples = grpo.prepare(samples, tokenizer, policy, reference, max_length=rl.max_length, template=template,
-                               temperature=rl.temperature)
+                               temperature=rl.temperature, single_step=rl.epochs == 1 and rl.minibatches == 1)
         stats = grpo.update(policy, optimizer, samples, epochs=rl.epochs, minibatches=rl.minibatches,
                             clip_eps=rl.clip_eps, kl_coef=rl.kl_coef, max_grad_norm=rl.max_grad_norm,
                             rng=random.Random(derive_seed(seed, "rl-update", iteration)), temperature=rl.temperature)
