@@ -627,6 +627,28 @@ def test_workspace_disk_is_bounded(entry_name: str, backend_name: str, backend, 
 
 
 @pytest.mark.slow
+@pytest.mark.parametrize("entry_name, backend_name", cases("fill_hf_home", ("csv",)))
+def test_the_writable_hf_home_is_bounded_too(entry_name: str, backend_name: str, backend, hub_cache: Path,
+                                             tmp_path: Path) -> None:
+    """A hub task's session has a second writable place outside the workspace, its HF_HOME (on the host's disk
+    under the run dir): 3 GiB written there in files under the file-size limit must stop at the disk cap too.
+    (Session-level: the same for every entrypoint.)"""
+    if not disk.available():
+        pytest.xfail("no file system of its own for HF_HOME here: nothing bounds it but the file-size limit")
+    task_yaml, root = with_hub_dataset(ENTRIES[entry_name], tmp_path / "variant", "sklearn/iris")
+    with episode(entry_name, backend, tmp_path, task_yaml=task_yaml, root=root, dataset_cache=hub_cache,
+                 limits=_limits(disk=1024, workspace=1024, tmp=512)) as ep:
+        home = tmp_path / "run" / "hf-home"
+        assert ep.env.run_env.get("HF_HOME") and home.is_dir()
+        out = ep.sh('for i in 1 2 3 4 5; do head -c 600M /dev/zero > "$HF_HOME/fill$i" || break; done; '
+                    'ls "$HF_HOME"', 300).output
+        used = sum(p.stat().st_blocks * 512 for p in home.glob("fill*")) >> 20
+        assert used <= 1024 + 16, f"HF_HOME took {used} MiB under a 1024 MiB cap: {out[-300:]}"
+        ep.sh('rm -f "$HF_HOME"/fill*; echo kept > "$HF_HOME/kept.txt"')
+    assert (home / "kept.txt").read_text() == "kept\n"  # back on the host's disk after the session
+
+
+@pytest.mark.slow
 @pytest.mark.parametrize("entry_name, backend_name", cases("open_files"))
 def test_open_files_are_bounded_per_episode(entry_name: str, backend_name: str, backend, tmp_path: Path) -> None:
     """Eight processes that raise RLIMIT_NOFILE to the hard limit and open 40,000 fds each (320,000 in all)."""

@@ -26,7 +26,9 @@ import shutil
 import subprocess
 import tempfile
 import threading
+from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 log = logging.getLogger(__name__)
 
@@ -133,6 +135,36 @@ def release(workspace: Path) -> None:
         held.refs -= 1
         if held.refs == 0:  # the entry stays: a later acquire must wait on this same lock until the copy is done
             _restore(workspace)
+
+
+def acquire_all(ws: Path, workspace: Path | None, mounts: Sequence[Any], cap_mb: int) -> list[Path]:
+    """`acquire` for the workspace (unless None: read-only) and for every writable mount's directory outside `ws`
+    (a session's HF_HOME: as writable as the workspace, so as capped); returns what was put on a file system of
+    its own, for `release_all`."""
+    held: list[Path] = []
+    try:
+        if workspace is not None and acquire(workspace, cap_mb):
+            held.append(workspace)
+        for m in mounts:
+            host = m.host.resolve()
+            if not m.read_only and host.is_dir() and not host.is_relative_to(ws) and host not in held:
+                if acquire(host, cap_mb):
+                    held.append(host)
+    except BaseException:
+        release_all(held)
+        raise
+    return held
+
+
+def release_all(held: list[Path]) -> None:
+    errors = []
+    for path in reversed(held):
+        try:
+            release(path)
+        except OSError as err:  # the others still go back
+            errors.append(err)
+    if errors:
+        raise errors[0]
 
 
 def _sibling(workspace: Path, what: str) -> Path:

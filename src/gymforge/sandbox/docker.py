@@ -229,7 +229,8 @@ class DockerBackend:
         self, workspace: Path, *, limits: Limits, mounts: Sequence[Mount] = (), env: Mapping[str, str] | None = None
     ) -> Session:
         ws = _workspace(workspace)
-        hard = disk.acquire(ws, limits.disk_mb)
+        held = disk.acquire_all(ws, ws, mounts, limits.disk_mb)  # the workspace, and a writable HF_HOME
+        hard = ws in held
         created: list[Path] = []
         container = None
         parent: cgroups.DockerParent | None = None
@@ -242,8 +243,7 @@ class DockerBackend:
                 if parent is not None:
                     parent.remove()
             finally:
-                if hard:
-                    disk.release(ws)
+                disk.release_all(held)
 
         try:
             created = self._mount_points(ws, mounts)

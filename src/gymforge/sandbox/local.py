@@ -433,24 +433,25 @@ class LocalBackend:
 
     def _prepare(
         self, workspace: Path, limits: Limits, mounts: Sequence[Mount], env: Mapping[str, str] | None,
-        ws_read_only: bool = False, within: Session | None = None,
+        ws_read_only: bool = False, within: Session | None = None, cap_mounts: bool = False,
     ) -> tuple[Path, list[str], dict[str, str], Callable[[], None], LimitWatch]:
-        """The argv prefix and environment of one sandbox, its limit watch and the cleanup to run when it is gone."""
+        """The argv prefix and environment of one sandbox, its limit watch and the cleanup to run when it is gone.
+        `cap_mounts`: the writable mounts outside the workspace (a session's HF_HOME) get a disk cap of their own."""
         ws = workspace.resolve()
         if not ws.is_dir():
             raise SandboxError(f"workspace is not a directory: {ws}")
-        hard = not ws_read_only and disk.acquire(ws, limits.disk_mb)
+        held = disk.acquire_all(ws, None if ws_read_only else ws, mounts if cap_mounts else (), limits.disk_mb)
         try:
-            return self._prepare_on(ws, limits, mounts, env, ws_read_only, within, hard)
+            return self._prepare_on(ws, limits, mounts, env, ws_read_only, within, held)
         except BaseException:
-            if hard:
-                disk.release(ws)
+            disk.release_all(held)
             raise
 
     def _prepare_on(
         self, ws: Path, limits: Limits, mounts: Sequence[Mount], env: Mapping[str, str] | None, ws_read_only: bool,
-        within: Session | None, hard: bool,
+        within: Session | None, held: list[Path],
     ) -> tuple[Path, list[str], dict[str, str], Callable[[], None], LimitWatch]:
+        hard = ws in held
         extra = dict(env or {})
         if self.gpus and "CUDA_VISIBLE_DEVICES" in os.environ:
             extra.setdefault("CUDA_VISIBLE_DEVICES", os.environ["CUDA_VISIBLE_DEVICES"])
@@ -487,14 +488,14 @@ class LocalBackend:
             group = cgroups.SandboxGroup(limits.memory_mb, limits.max_processes, parent)
             prefix = group.wrap(prefix)
             cleanup = _then(cleanup, group.remove)
-        if hard:  # last: the sandbox's processes are gone by then
-            cleanup = _then(cleanup, functools.partial(disk.release, ws))
+        if held:  # last: the sandbox's processes are gone by then
+            cleanup = _then(cleanup, functools.partial(disk.release_all, held))
         return ws, prefix, full_env, cleanup, LimitWatch(ws, limits, group, hard=hard)
 
     def open(
         self, workspace: Path, *, limits: Limits, mounts: Sequence[Mount] = (), env: Mapping[str, str] | None = None
     ) -> Session:
-        ws, prefix, full_env, cleanup, watch = self._prepare(workspace, limits, mounts, env)
+        ws, prefix, full_env, cleanup, watch = self._prepare(workspace, limits, mounts, env, cap_mounts=True)
         argv = prefix + ["bash", "--noprofile", "--norc"]
         try:
             return ShellSession(
