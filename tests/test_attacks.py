@@ -644,6 +644,8 @@ def test_the_writable_hf_home_is_bounded_too(entry_name: str, backend_name: str,
                     'ls "$HF_HOME"', 300).output
         used = sum(p.stat().st_blocks * 512 for p in home.glob("fill*")) >> 20
         assert used <= 1024 + 16, f"HF_HOME took {used} MiB under a 1024 MiB cap: {out[-300:]}"
+        mounts = ep.sh('grep " $HF_HOME " /proc/self/mountinfo').output
+        assert mounts.strip() and str(tmp_path.resolve()) not in mounts, mounts  # a file system's root, no host path
         ep.sh('rm -f "$HF_HOME"/fill*; echo kept > "$HF_HOME/kept.txt"')
     assert (home / "kept.txt").read_text() == "kept\n"  # back on the host's disk after the session
 
