@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import os
 import random
+import shutil
 import socket
 import subprocess
+import sys
 import threading
 from pathlib import Path
 from typing import Iterator
@@ -339,3 +341,27 @@ def test_torchrun_standalone_starts_in_the_sandbox(ws: Path) -> None:
     r = LocalBackend("bwrap").run_once(ws, ["torchrun", "--nproc_per_node=1", "--standalone", "probe.py"],
                                        timeout=180, limits=Limits(memory_mb=4096))
     assert r.exit_code == 0 and "rank 0 of 1" in r.output, r.output[-2000:]
+
+
+@needs_bwrap
+@pytest.mark.skipif(not disk.available(), reason="no file system of its own for a workspace here")
+def test_a_killed_runs_capped_workspace_is_swept_when_a_backend_is_made(tmp_path: Path) -> None:
+    """kill -9 of the process that holds a workspace on its own file system leaves the mount; the next backend
+    made (a rerun) unmounts it, so the run directory can be removed and made again."""
+    ws = tmp_path / "run" / "workspace"
+    ws.mkdir(parents=True)
+    holder = subprocess.Popen(
+        [sys.executable, "-c", "import sys, time; from pathlib import Path; from gymforge.sandbox import Limits, "
+         "get_sandbox; s = get_sandbox('local').open(Path(sys.argv[1]), limits=Limits(disk_mb=64)); "
+         "print('open', flush=True); time.sleep(600)", str(ws)], stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout is not None and holder.stdout.readline().strip() == "open"
+        assert os.path.ismount(ws)
+    finally:
+        holder.kill()
+        holder.wait()
+    assert os.path.ismount(ws)  # left behind
+    LocalBackend("bwrap")
+    assert not os.path.ismount(ws)
+    shutil.rmtree(tmp_path / "run")
+    ws.mkdir(parents=True)

@@ -21,6 +21,7 @@ from __future__ import annotations
 import functools
 import logging
 import os
+import re
 import secrets
 import shutil
 import subprocess
@@ -168,7 +169,56 @@ def release_all(held: list[Path]) -> None:
 
 
 def _sibling(workspace: Path, what: str) -> Path:
-    return workspace.parent / f".{workspace.name}.{what}-{secrets.token_hex(4)}"
+    # The pid names the owner: `sweep` tells a dead process's file systems from a live one's by it.
+    return workspace.parent / f".{workspace.name}.{what}-{os.getpid()}-{secrets.token_hex(4)}"
+
+
+_IMAGE = re.compile(r"\.img-(\d+)-[0-9a-f]{8} \(deleted\)$")
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        pass
+    return True
+
+
+def sweep() -> list[str]:
+    """Unmount the capped file systems whose process died without giving them back (kill -9): their directories
+    become plain empty directories again, so a rerun can remove and recreate its run directory (the files of
+    the dead run go with them). Called when a backend is made; returns the mount points swept."""
+    if os.geteuid() != 0:
+        return []
+    try:
+        with open("/proc/self/mountinfo") as f:
+            lines = f.read().splitlines()
+    except OSError:
+        return []
+    swept = []
+    for line in lines:
+        left, _, right = line.partition(" - ")
+        fields, where = right.split(), left.split()
+        if len(fields) < 2 or len(where) < 5 or fields[0] != "ext4" or not fields[1].startswith("/dev/loop"):
+            continue
+        try:
+            backing = Path("/sys/block", fields[1].removeprefix("/dev/"), "loop", "backing_file").read_text().strip()
+        except OSError:
+            continue
+        m = _IMAGE.search(backing)
+        if m is None or _alive(int(m.group(1))):
+            continue
+        point = re.sub(r"\\([0-7]{3})", lambda o: chr(int(o.group(1), 8)), where[4])  # mountinfo's octal escapes
+        try:
+            _run(["umount", "-l", point])
+        except (OSError, subprocess.SubprocessError) as err:
+            log.warning("could not unmount the stale workspace file system at %s: %s", point, err)
+            continue
+        log.warning("unmounted the workspace file system a dead process (pid %s) left at %s", m.group(1), point)
+        swept.append(point)
+    return swept
 
 
 def _capture(ws: Path, cap_mb: int) -> None:

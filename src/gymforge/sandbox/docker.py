@@ -165,6 +165,7 @@ class DockerBackend:
                 "start one with scripts/docker_sandbox.sh and export the DOCKER_HOST it prints"
             ) from e
         self.image = image
+        disk.sweep()  # workspaces a killed run left on their capped file systems
         image_env = dict(kv.split("=", 1) for kv in img.attrs["Config"].get("Env") or [] if "=" in kv)
         self._path = image_env.get("PATH", PATH)
         self.gpus = gpus

@@ -416,6 +416,7 @@ class LocalBackend:
                 "to accept that anyway set sandbox.allow_weak_confinement: true"
             )
         self.confinement: Confinement = confinement
+        disk.sweep()  # workspaces a killed run left on their capped file systems
         self.gpus = gpus
         self.max_output = max_output
         if confinement != "bwrap":
