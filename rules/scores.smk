@@ -25,7 +25,8 @@ rule score_table:
 rule run_summary:
     input:
         # The funnel reads every stage's records (gymforge.tools.status.collect); besides these it reads the
-        # LLM ledger and the jobs' failure records, which are logs every job appends to, not rule outputs.
+        # LLM ledger (results/llm) and the jobs' failure records (logs/**/*.failed.json): logs every job appends
+        # to, not rule outputs (the one exception tests/test_rule_inputs.py allows).
         f"{R}/config.json",
         expand(f"{R}/topics/batches/{{batch}}.json", batch=TOPIC_BATCHES),
         expand(f"{R}/proposals/{{slot}}.json", slot=TOPIC_SLOTS),
@@ -35,6 +36,7 @@ rule run_summary:
         SHARD_FILES,
         f"{SFT}/stats.json",
         CHECKPOINT,
+        EVAL_RECORDS,
         rules.score_table.output,
     output:
         html=report(f"{R}/report/summary.html", caption="../report/summary.rst", category="1. Funnel"),

@@ -4,4 +4,4 @@ import os
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
 
-pytest_plugins = ["loopback", "workflow_runs", "stage_fixtures"]
+pytest_plugins = ["loopback", "workflow_runs", "stage_fixtures", "finished_run"]

@@ -3,40 +3,24 @@
 import json
 import shutil
 import subprocess
-import sys
-from pathlib import Path
 
 import pytest
 
 from gymforge.report.summary import summary_html
 from gymforge.tools.status import collect
-from workflow_copy import copy_workflow
+from finished_run import snakemake
 
-TINY = [
-    "topics={n: 2, batch_size: 2}",
-    "trajectories={per_task: 2, shard_size: 2, max_steps: 12}",
-    "train={epochs: 1}",
-    "evaluate={tasks: [graphColoring, signalDenoising], runs_per_task: 1, max_steps: 6}",
-]
 SECTIONS = ["Funnel", "Trajectories", "Training", "Scores"]
 FILES = ["summary.html", "funnel.png", "kept_per_task.png", "trajectory_stats.png", "loss.png", "violins.png",
          "aup.png", "profiles.png"]
 
 
-def snakemake(workdir: Path, *args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "snakemake", "--cores", "2", *args], cwd=workdir,
-                          capture_output=True, text=True, timeout=1800)
-
-
 @pytest.fixture(scope="module")
-def finished(tmp_path_factory):
-    workdir = tmp_path_factory.mktemp("report")
-    copy_workflow(workdir, "rules", "report")
-    proc = snakemake(workdir, "--config", *TINY)  # `all`: every output the report shows
+def finished(finished_run):
+    """The session's finished tiny run (tests/finished_run.py: `all`, every output the report shows), reported."""
+    proc = snakemake(finished_run, "--report", "report.html")
     assert proc.returncode == 0, proc.stderr[-4000:]
-    proc = snakemake(workdir, "--report", "report.html", "--config", *TINY)
-    assert proc.returncode == 0, proc.stderr[-4000:]
-    return workdir
+    return finished_run
 
 
 @pytest.mark.slow

@@ -134,11 +134,17 @@ def _scores(results: Path) -> StageStatus:
     reasons: Counter[str] = Counter()
     for model in cfg.evaluate.models:
         for task in tasks:
-            for k in runs:
-                stamp = results / "scores" / "runs" / model.name / task / run_folder(model.name, task, k) / "run.json"
-                if not stamp.exists():
-                    continue
-                summary = RunSummary.model_validate(json.loads(stamp.read_text())["summary"])
+            # A finished job's record (`runs/<model>/<task>.json`, the rule's declared output, which is all that
+            # rule run_summary reads), else the runs of a running job as they finish (their run folders).
+            record = results / "scores" / "runs" / model.name / f"{task}.json"
+            if record.exists():
+                done = json.loads(record.read_text()).get("runs", [])
+                finished = [RunSummary.model_validate(r) for r in done if r["run"] in runs]
+            else:
+                stamps = [results / "scores" / "runs" / model.name / task / run_folder(model.name, task, k) / "run.json"
+                          for k in runs]
+                finished = [RunSummary.model_validate(json.loads(s.read_text())["summary"]) for s in stamps if s.exists()]
+            for summary in finished:
                 stage.done += 1
                 if summary.valid_submission:
                     stage.ok += 1

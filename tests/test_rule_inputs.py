@@ -1,0 +1,130 @@
+"""Every rule's job reads only what its rule declares: one job of each rule of a finished tiny run, rerun with the
+shell command Snakemake recorded for it in a fresh directory that holds only that job's declared inputs (plus the
+resolved config under results/.gymforge, which the command names, and the installed package), must succeed and
+write its outputs. A job that reads an undeclared file (another stage's output, a file it finds by globbing
+results/) fails here, and Snakemake could not have known to rerun it.
+
+Every command reads the resolved config from $GYMFORGE_CONFIG (rules/common.smk), set here as Snakemake sets it.
+Shared, not inputs: the cache directory (`.cache/gymforge`, linked into every copy): LLM replies keyed by their
+request's content and the offline hub built from installed packages, which change no output, only its cost.
+Documented exceptions, copied for the one rule that reads them (`EXCEPTIONS`): run_summary's funnel counts every
+LLM request (the ledger, results/llm) and every failed job (logs/**/*.failed.json); every job appends to those
+logs, so they cannot be a rule's output, and the summary is rebuilt whenever the score table is.
+
+Cost (measured on the loaded 2-core machine, load average 16): 16 jobs, 89 s CPU, 11 minutes wall, 2 at a time,
+besides the session's finished run (tests/finished_run.py, shared with tests/test_report.py).
+
+Not sampled: micro_task and train_rl (targets `micro` and `rl`, not part of `all`, so not in the finished run;
+tests/test_micro.py and tests/test_rl.py run their stage functions), fetch_dataset (only with the real hub).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import subprocess
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import pytest
+from finished_run import snakemake
+
+pytestmark = pytest.mark.slow
+
+RULES = {"run_config", "topic_batch", "proposal", "task_configs", "starter_code", "verify_environment",
+         "rollout_shard", "student_tokenizer", "sft_dataset", "sft_plots", "student_base", "train_student",
+         "decontamination", "eval_runs", "score_table", "run_summary"}
+# Files a job reads beyond its declared inputs, on purpose (module docstring): rule -> glob patterns in results/.
+EXCEPTIONS = {"run_summary": ["llm/*", "logs/**/*.failed.json"]}
+
+
+def recorded_jobs(workdir: Path) -> dict[str, list[dict]]:
+    """Rule -> its jobs as Snakemake recorded them (`--detailed-summary`): shell command, inputs, outputs, log."""
+    proc = snakemake(workdir, "--detailed-summary")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    jobs: dict[tuple[str, str], dict] = {}
+    for line in proc.stdout.splitlines():
+        fields = line.split("\t")
+        if len(fields) != 8 or fields[0] == "output_file":
+            continue
+        output, _date, rule, log, inputs, shellcmd, _status, _plan = fields
+        job = jobs.setdefault((rule, shellcmd), {"rule": rule, "shellcmd": shellcmd, "outputs": [],
+                                                 "inputs": [i for i in inputs.split(",") if i],
+                                                 "logs": [p for p in log.split(",") if p]})
+        job["outputs"].append(output)
+    by_rule: dict[str, list[dict]] = {}
+    for job in jobs.values():
+        by_rule.setdefault(job["rule"], []).append(job)
+    return by_rule
+
+
+def verified_slot(workdir: Path) -> str:
+    """A slot whose task was verified: its jobs do real work in every per-slot rule (a discarded slot's are trivial)."""
+    for report in sorted((workdir / "results" / "environments").glob("t*/report.json")):
+        if json.loads(report.read_text())["status"] == "ok":
+            return report.parent.name
+    raise AssertionError("no verified task in the tiny run")
+
+
+def pick(jobs: list[dict], slot: str) -> dict:
+    """One job of a rule: the verified slot's (its batch for topic_batch), and the SFT student's benchmark run
+    (it reads a built checkpoint) among eval_runs."""
+    for want in (f"/{slot}/", f"/{slot}.", f"{slot}.json", "/student-sft/", "b0000"):
+        for job in jobs:
+            if any(want in out for out in job["outputs"]):
+                return job
+    return jobs[0]
+
+
+def copy_in(src: Path, dest: Path, rel: str) -> None:
+    source, target = src / rel, dest / rel
+    target.parent.mkdir(parents=True, exist_ok=True)
+    if source.is_dir():
+        shutil.copytree(source, target, symlinks=True, dirs_exist_ok=True)
+    else:
+        shutil.copy2(source, target)
+
+
+def rerun_alone(workdir: Path, job: dict, config: str, dest: Path) -> subprocess.CompletedProcess:
+    """Run `job`'s recorded shell command in `dest`, which holds only its declared inputs and the resolved config
+    (`config`, which the command reads as $GYMFORGE_CONFIG)."""
+    dest.mkdir(parents=True)
+    for rel in job["inputs"]:
+        if not os.path.isabs(rel):  # absolute: files of the installed package (the prompt templates)
+            copy_in(workdir, dest, rel)
+    copy_in(workdir, dest, config)
+    for pattern in EXCEPTIONS.get(job["rule"], []):
+        for path in (workdir / "results").glob(pattern):
+            copy_in(workdir, dest, str(path.relative_to(workdir)))
+    (dest / ".cache").symlink_to(workdir / ".cache")
+    for rel in job["outputs"] + job["logs"]:  # as Snakemake does before a job starts
+        (dest / rel).parent.mkdir(parents=True, exist_ok=True)
+    return subprocess.run(["bash", "-c", job["shellcmd"]], cwd=dest, capture_output=True, text=True, timeout=900,
+                          env={**os.environ, "OMP_NUM_THREADS": "1", "GYMFORGE_CONFIG": config}, check=False)
+
+
+def test_every_rule_reads_only_its_declared_inputs(finished_run, tmp_path):
+    by_rule = recorded_jobs(finished_run)
+    assert RULES <= set(by_rule), f"rules without a recorded job: {RULES - set(by_rule)}"
+    slot = verified_slot(finished_run)
+    sampled = [pick(by_rule[rule], slot) for rule in sorted(RULES)]
+    # the resolved config of the run: run_config's one input (results/.gymforge/config-<hash>.json)
+    (config,) = by_rule["run_config"][0]["inputs"]
+    assert re.fullmatch(r"results/\.gymforge/config-\w+\.json", config), config
+    assert all("$GYMFORGE_CONFIG" in job["shellcmd"] for job in sampled if job["rule"].startswith(("topic", "train")))
+
+    def run(job: dict) -> tuple[dict, subprocess.CompletedProcess]:
+        return job, rerun_alone(finished_run, job, config, tmp_path / job["rule"])
+
+    failures = []
+    with ThreadPoolExecutor(max_workers=2) as pool:
+        for job, proc in pool.map(run, sampled):
+            dest = tmp_path / job["rule"]
+            missing = [out for out in job["outputs"] if not (dest / out).exists()]
+            if proc.returncode != 0 or missing:
+                logs = "".join((dest / p).read_text()[-1500:] for p in job["logs"] if (dest / p).is_file())
+                failures.append(f"{job['rule']}: rc {proc.returncode}, missing {missing}\n  {job['shellcmd']}\n"
+                                f"{proc.stderr[-1500:]}\n{logs}")
+    assert not failures, "\n\n".join(failures)
