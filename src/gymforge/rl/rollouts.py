@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import logging
 import shutil
 from dataclasses import dataclass
@@ -125,8 +126,10 @@ async def run_episodes(runner: Any, llm: Any, plans: list[EpisodePlan], *, max_s
         async with slots:
             t0 = time.monotonic()
             try:
+                # per process: a killed job can leave an episode's workspace (and its mounts) behind
                 traj = await runner.run(
-                    llm, plan.task_yaml, root=plan.root, run_dir=work / plan.episode_id, max_steps=max_steps,
+                    llm, plan.task_yaml, root=plan.root, run_dir=work / f"{plan.episode_id}-{os.getpid()}",
+                    max_steps=max_steps,
                     seed=plan.seed, baseline=plan.task.baseline, hidden_columns=plan.task.hidden_columns,
                     meta={"stage": "rl", "slot": plan.task.slot, "episode": plan.episode_id,
                           "improve": plan.improve})
