@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -86,3 +87,40 @@ def test_an_untrained_student_is_served_and_scored(tmp_path: Path) -> None:
     scores = json.loads((tmp_path / "scores.json").read_text())
     assert set(scores["models"]) == {"student-base", "baseline"}
     assert EvalRecord.model_validate_json(out.read_text()).runs == record.runs
+
+
+def test_teacher_identity_is_in_the_resume_fingerprint_of_teacher_runs_only(tmp_path: Path) -> None:
+    from gymforge.core.plan import model_spec
+    from gymforge.stages.evaluation import fingerprint
+
+    task_yaml = tmp_path / "task.yaml"
+    task_yaml.write_text("id: t\n")
+    cfg = make_cfg(tmp_path)
+    other = cfg.model_copy(update={"llm": cfg.llm.model_copy(update={"teacher": cfg.llm.teacher.model_copy(
+        update={"model": "another-teacher"})})})
+    for name in ("teacher", "student-base", "student-sft"):
+        spec = model_spec(cfg, name)
+        same = fingerprint(cfg, spec, task_yaml, name) == fingerprint(other, spec, task_yaml, name)
+        assert same == (name != "teacher"), name
+
+
+@pytest.mark.slow
+def test_changing_the_teacher_model_reruns_exactly_the_teachers_benchmark_runs(finished_run: Path) -> None:
+    """On a finished run, `snakemake -n` with another `llm.teacher.model` plans the teacher's eval_runs jobs because
+    their params changed, and no other eval_runs job: the students' runs are up to date. Upstream rules are held
+    back (`--allowed-rules eval_runs`): the topics and everything after them depend on the teacher too, so the full
+    plan reruns every job, and Snakemake then names only the first reason (inputs rebuilt)."""
+    from finished_run import TINY, snakemake
+
+    records = sorted(str(p.relative_to(finished_run)) for p in (finished_run / "results" / "scores" / "runs").glob("*/*.json"))
+    assert len(records) == 6  # 3 models x 2 tasks
+    proc = snakemake(finished_run, "-n", *records)
+    assert proc.returncode == 0 and "Nothing to be done" in proc.stdout + proc.stderr, proc.stdout[-2000:]
+
+    other = [*TINY, "llm={teacher: {model: another-teacher}}"]
+    proc = snakemake(finished_run, "-n", *records, "--allowed-rules", "eval_runs", config=other)  # nargs: targets first
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    out = proc.stdout + proc.stderr
+    planned = sorted(re.findall(r"^\s*output: (results/scores/runs/\S+\.json)", out, re.M))
+    assert planned == [r for r in records if "/teacher/" in r], out[-3000:]
+    assert "Params have changed since last execution" in out
