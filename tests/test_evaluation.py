@@ -105,6 +105,7 @@ def test_teacher_identity_is_in_the_resume_fingerprint_of_teacher_runs_only(tmp_
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(2400)  # may build the session's finished run (tests/finished_run.py)
 def test_changing_the_teacher_model_reruns_exactly_the_teachers_benchmark_runs(finished_run: Path) -> None:
     """On a finished run, `snakemake -n` with another `llm.teacher.model` plans the teacher's eval_runs jobs because
     their params changed, and no other eval_runs job: the students' runs are up to date. Upstream rules are held

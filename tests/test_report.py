@@ -24,6 +24,7 @@ def finished(finished_run):
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(2400)  # may build the session's finished run (tests/finished_run.py)
 def test_scores_stage_and_status(finished):
     stages = collect(finished / "results")["stages"]
     assert stages["checkpoints"]["ok"] == 1
@@ -36,6 +37,7 @@ def test_scores_stage_and_status(finished):
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(2400)  # may build the session's finished run (tests/finished_run.py)
 def test_report_holds_every_section(finished):
     page = (finished / "report.html").read_text()
     for name in SECTIONS + FILES:
@@ -43,6 +45,7 @@ def test_report_holds_every_section(finished):
 
 
 @pytest.mark.slow
+@pytest.mark.timeout(2400)  # may build the session's finished run (tests/finished_run.py)
 def test_report_renders_in_a_headless_browser(finished):
     browser = shutil.which("chromium") or shutil.which("chromium-browser")
     if browser is None:

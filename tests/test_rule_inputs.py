@@ -31,7 +31,8 @@ from pathlib import Path
 import pytest
 from finished_run import snakemake
 
-pytestmark = pytest.mark.slow
+# The session's finished run (about 10 minutes at load ~16) counts against the first test that asks for it.
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(3600)]
 
 RULES = {"run_config", "topic_batch", "proposal", "task_configs", "starter_code", "verify_environment",
          "rollout_shard", "student_tokenizer", "sft_dataset", "sft_plots", "student_base", "train_student",
