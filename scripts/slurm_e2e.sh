@@ -70,8 +70,8 @@ cp -r "$REPO/rules" "$WORK/rules"
 mkdir -p "$WORK/profiles"
 cp -r "$REPO/profiles/slurm" "$WORK/profiles/slurm"    # only this profile: no workflow profile applies
 cat >"$WORK/e2e-config.yaml" <<'EOF'
-# 2 topic slots, 2 rollouts per verified task in shards of 1: a handful of jobs of every kind. Each shard
-# declares a GPU: the test cluster's fake GPUs take it through the GPU path (partition `gpu`, --gpus=1,
+# 2 topic slots, 2 rollouts per verified task in shards of 1: a handful of jobs of every kind. Each shard,
+# and each verification (it runs the task as its rollouts will), declares a GPU: the test cluster's fake GPUs take it through the GPU path (partition `gpu`, --gpus=1,
 # CUDA_VISIBLE_DEVICES set by SLURM); the offline rollouts themselves never touch a GPU.
 topics: {n: 2, batch_size: 2}
 trajectories: {per_task: 2, shard_size: 1, concurrency: 1, gpus: 1}
@@ -150,9 +150,10 @@ if run_id:
             jobs[parts[0]]["gres"] = parts[1]
 else:
     problems.append("no 'SLURM run ID' in the Snakemake log")
-# GPU jobs (the rollout shards declare gpu=1) went to the GPU partition with a GPU request, others did not.
+# GPU jobs (rollout shards and verifications declare trajectories.gpus=1) went to the GPU partition with a GPU
+# request, others did not.
 for jobid, job in jobs.items():
-    wants_gpu = job["rule"] == "rule_rollout_shard"
+    wants_gpu = job["rule"] in ("rule_rollout_shard", "rule_verify_environment")
     if wants_gpu and (job["partition"] != "gpu" or "gpu" not in job["gres"]):
         problems.append(f"GPU job {jobid} ({job['rule']}) ran in partition {job['partition']!r} with gres {job['gres']!r}")
     if not wants_gpu and (job["partition"] != "debug" or "gpu" in job["gres"]):

@@ -44,6 +44,23 @@ EXCEPTIONS = {"run_summary": ["llm/*", "logs/**/*.failed.json"]}
 # and the random fingerprint Hugging Face datasets write (state.json) or Snakemake's directory stamps.
 TIMED = {"eval_runs", "rollout_shard", "train_student", "verify_environment"}
 UNSTABLE_FILES = {"state.json", ".snakemake_timestamp"}
+# LLM accounting: a rerun is answered from the shared reply cache, so its records count cache hits, not calls.
+UNSTABLE_KEYS = {"usage"}
+
+
+def _comparable(path: Path) -> object:
+    """A file's content for the comparison: JSON without its LLM accounting, other files as bytes."""
+    if path.suffix != ".json":
+        return path.read_bytes()
+
+    def strip(value: object) -> object:
+        if isinstance(value, dict):
+            return {k: strip(v) for k, v in value.items() if k not in UNSTABLE_KEYS}
+        if isinstance(value, list):
+            return [strip(v) for v in value]
+        return value
+
+    return strip(json.loads(path.read_text()))
 
 
 def recorded_jobs(workdir: Path) -> dict[str, list[dict]]:
@@ -118,7 +135,7 @@ def changed_outputs(workdir: Path, job: dict, dest: Path) -> list[str]:
         files = [dest / out] if (dest / out).is_file() else sorted(p for p in (dest / out).rglob("*") if p.is_file())
         for path in files:
             rel = path.relative_to(dest)
-            if path.name not in UNSTABLE_FILES and path.read_bytes() != (workdir / rel).read_bytes():
+            if path.name not in UNSTABLE_FILES and _comparable(path) != _comparable(workdir / rel):
                 changed.append(str(rel))
     return changed
 

@@ -106,6 +106,9 @@ def _print_result(result: Any) -> None:
         for r in result:
             _print_result(r)
         return
+    if callable(summary := getattr(result, "summary", None)):
+        print(summary())
+        return
     dump = getattr(result, "model_dump", None)
     if dump is None:
         print(result)

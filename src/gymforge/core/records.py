@@ -50,6 +50,10 @@ class TopicBatch(BaseModel):
     usage: UsageRecord = UsageRecord()
     nudges: int = 0
 
+    def summary(self) -> str:
+        """The job log's line for this batch (`gymforge topic-batch`)."""
+        return f"{self.batch}: {sum(s.status == 'ok' for s in self.slots)}/{len(self.slots)} topics kept"
+
 
 class TaskProposal(BaseModel):
     """The teacher's answer in stage 3.2."""
