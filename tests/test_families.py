@@ -17,11 +17,10 @@ import yaml
 from gymforge.tasks import mlgym
 from gymforge.llm.codeblocks import parse_files
 from gymforge.tasks.codecheck import check_columns, check_python
-from gymforge.offline import catalog
-from gymforge.hub.data import feature_dtypes, split_train_test
 from gymforge.offline import families
 from gymforge.offline.families import games
 from gymforge.offline.families.common import parse_facts
+from gymforge.offline.families.data_heavy import dataset_details
 
 ENV = {**os.environ, "HF_HUB_OFFLINE": "1", "HF_DATASETS_OFFLINE": "1"}
 
@@ -47,23 +46,8 @@ GAME_TOPICS = {
 }
 
 
-@cache
-def hub_dataset(dataset_id: str) -> tuple[dict[str, Any], Any]:
-    """The dataset as the offline hub describes it, and the train/test split the pipeline materialises."""
-    import datasets
-
-    entry = catalog.BY_ID[dataset_id]
-    frame = catalog.load_frame(entry)
-    ds = datasets.Dataset.from_pandas(frame, preserve_index=False)
-    split = split_train_test(ds, chronological=entry.task == "time-series",
-                             stratify_by=entry.target if entry.task == "classification" else None)
-    card = {"task_categories": catalog.TASK_CATEGORIES[entry.task], "target": entry.target}
-    if entry.time_column:
-        card["time_column"] = entry.time_column
-    details = {"id": dataset_id, "description": entry.description, "tags": list(entry.tags), "card_data": card,
-               "features": feature_dtypes(ds.features), "splits": {"train": len(ds)},
-               "example_rows": json.loads(frame.head(3).to_json(orient="records")), "is_local": True}
-    return details, split
+# The dataset as the offline hub describes it, and the split it materialises: the offline families' own helper.
+hub_dataset = cache(dataset_details)
 
 
 def proposal(topic: str, dataset_id: str | None, metric: str = "Score") -> dict[str, Any]:

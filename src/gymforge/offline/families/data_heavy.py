@@ -48,7 +48,7 @@ def dataset_details(dataset_id: str) -> tuple[dict[str, Any], Any]:
     import datasets
 
     from gymforge.offline import catalog
-    from gymforge.offline.hub import feature_dtypes, split_train_test
+    from gymforge.hub.data import feature_dtypes, split_train_test
 
     entry = catalog.BY_ID[dataset_id]
     frame = catalog.load_frame(entry)
