@@ -195,6 +195,93 @@ def describe(spec: TaskSpec, proposal: dict[str, Any], rng: random.Random) -> st
                        rng.choice(CLOSINGS))
 
 
+# ---- evaluate.py: what every game's scorer shares --------------------------------------------------------
+# A scorer is a string.Template ($name placeholders, filled in per task) put together from the pieces below;
+# the pieces are plain text, so the f-strings of the generated code keep their braces.
+
+_SUBMISSION_IMPORT = """\
+try:  # gymforge runs the submission in a sandbox of its own and hands it over through gymforge_eval
+    from gymforge_eval import import_submission
+except ImportError:  # under MLGym it is imported into this process
+    from importlib import import_module as import_submission
+"""
+_QUIET = "    # Whatever the submitted module prints goes to stderr, so stdout stays one JSON object.\n"
+_MAIN_GUARD = '\n\nif __name__ == "__main__":\n    main()\n'
+
+
+def _scorer_head(doc: str, *modules: str) -> str:
+    """The scorer's docstring, its standard-library imports and the import of the submission."""
+    imports = "".join(f"import {m}\n" for m in sorted(("contextlib", "json", "random", "sys", *modules)))
+    return f'"""{doc}"""\n\n{imports}\n{_SUBMISSION_IMPORT}\n'
+
+
+def _match_scorer(doc: str, constants: str, pool: str, player: str, rival: str, *, play_doc: str, reply: str,
+                  score: str, zero: str, round_body: str, scores: str, scale: str = "") -> Template:
+    """A repeated-game scorer: `player` from strategy.py meets every `rival` of the seeded $pool in MATCHES
+    matches of ROUNDS rounds; `round_body` plays one round (the rival's reply is of type `reply`) and adds
+    to `score`; the result is the mean of `scores` per round, divided by `scale`."""
+    return Template(f"""{_scorer_head(doc)}{constants}ROUNDS = $rounds
+MATCHES = $matches
+SEED = $seed
+
+
+$pool_defs
+
+
+{pool} = [
+$pool
+]
+
+
+def play({player}, {rival}, seed: int) -> {"float" if "." in zero else "int"}:
+    \"\"\"{play_doc}\"\"\"
+    rng = random.Random(seed)
+    # Seeding the global generator makes strategies that use `random` reproducible too.
+    random.seed(seed)
+    history: list[tuple[int, {reply}]] = []
+    {score} = {zero}
+    for _ in range(ROUNDS):
+{round_body}    return {score}
+
+
+def main() -> None:
+{_QUIET}    with contextlib.redirect_stdout(sys.stderr):
+        {player} = import_submission("strategy").{player}
+
+        {scores} = [
+            play({player}, {rival}, SEED + 1000 * i + m)
+            for i, {rival} in enumerate({pool})
+            for m in range(MATCHES)
+        ]
+    print(json.dumps({{"Score": sum({scores}) / (len({scores}) * ROUNDS{scale})}}))
+{_MAIN_GUARD}""")
+
+
+def _instance_scorer(doc: str, modules: tuple[str, ...], constants: str, helpers: str, function: str,
+                     instance_body: str) -> Template:
+    """A heuristic scorer: `function` from heuristic.py on INSTANCES seeded instances, each scored by
+    `instance_body` (which appends its ratio to `ratios`); the result is their mean."""
+    return Template(f"""{_scorer_head(doc, *modules)}INSTANCES = $instances
+MIN_ITEMS, MAX_ITEMS = $lo, $hi
+{constants}SEED = $seed
+
+
+{helpers}
+
+
+def main() -> None:
+    rng = random.Random(SEED)
+    # Seeding the global generator makes heuristics that use `random` reproducible too.
+    random.seed(SEED)
+    ratios = []
+{_QUIET}    with contextlib.redirect_stdout(sys.stderr):
+        {function} = import_submission("heuristic").{function}
+
+        for _ in range(INSTANCES):
+{instance_body}    print(json.dumps({{"Score": sum(ratios) / len(ratios)}}))
+{_MAIN_GUARD}""")
+
+
 # ---- matrix games -------------------------------------------------------------------------------------
 
 OPPONENTS: dict[str, str] = {
@@ -255,71 +342,23 @@ def _opponent_pool(n_moves: int, rng: random.Random) -> list[tuple[str, str]]:
             ("cycle", f"cycle({pattern})"), *((name, reactive[name]) for name in picked)]
 
 
-MATRIX_EVALUATE = Template('''\
-"""Plays `choose_move` from strategy.py against a fixed pool of scripted opponents in the iterated $title.
+MATRIX_EVALUATE = _match_scorer(
+    """Plays `choose_move` from strategy.py against a fixed pool of scripted opponents in the iterated $title.
 
 Each opponent is met in MATCHES matches of ROUNDS rounds, every match with its own seed. The score is
 your mean payoff per round over all matches. Prints one JSON object: {"Score": ...}.
-"""
-
-import contextlib
-import json
-import random
-import sys
-
-try:  # gymforge runs the submission in a sandbox of its own and hands it over through gymforge_eval
-    from gymforge_eval import import_submission
-except ImportError:  # under MLGym it is imported into this process
-    from importlib import import_module as import_submission
-
-MOVES = $moves
-PAYOFF = $payoff  # PAYOFF[your_move][opponent_move] = your points
-ROUNDS = $rounds
-MATCHES = $matches
-SEED = $seed
-
-
-$opponent_defs
-
-
-OPPONENTS = [
-$opponents
-]
-
-
-def play(choose_move, opponent, seed: int) -> float:
-    """Your total payoff in one match; history holds (your_move, opponent_move) pairs, oldest first."""
-    rng = random.Random(seed)
-    # Seeding the global generator makes strategies that use `random` reproducible too.
-    random.seed(seed)
-    history: list[tuple[int, int]] = []
-    total = 0.0
-    for _ in range(ROUNDS):
+""",
+    "MOVES = $moves\nPAYOFF = $payoff  # PAYOFF[your_move][opponent_move] = your points\n",
+    "OPPONENTS", "choose_move", "opponent",
+    play_doc="Your total payoff in one match; history holds (your_move, opponent_move) pairs, oldest first.",
+    reply="int", score="total", zero="0.0", scores="totals", round_body="""\
         move = choose_move(list(history))
         if move not in range(len(MOVES)):
             raise ValueError(f"choose_move returned {move!r}; expected a move index in 0..{len(MOVES) - 1}")
         theirs = opponent(history, rng)
         history.append((int(move), theirs))
         total += PAYOFF[int(move)][theirs]
-    return total
-
-
-def main() -> None:
-    # Whatever the submitted module prints goes to stderr, so stdout stays one JSON object.
-    with contextlib.redirect_stdout(sys.stderr):
-        choose_move = import_submission("strategy").choose_move
-
-        totals = [
-            play(choose_move, opponent, SEED + 1000 * i + m)
-            for i, opponent in enumerate(OPPONENTS)
-            for m in range(MATCHES)
-        ]
-    print(json.dumps({"Score": sum(totals) / (len(totals) * ROUNDS)}))
-
-
-if __name__ == "__main__":
-    main()
-''')
+""")
 
 MATRIX_STRATEGY = Template('''\
 """Your strategy for the iterated $title: edit `choose_move` and keep its signature.
@@ -352,8 +391,8 @@ def _matrix_files(game: Game, rng: random.Random) -> dict[str, str]:
     evaluate = MATRIX_EVALUATE.substitute(
         title=MATRIX_GAMES[game.kind][0], moves=json.dumps(list(game.moves)),
         payoff=json.dumps([list(row) for row in game.payoff]), rounds=game.rounds, matches=rng.choice((3, 5)),
-        seed=rng.randrange(10_000), opponent_defs="\n\n\n".join(src for name, src in OPPONENTS.items() if name in used),
-        opponents="\n".join(f"    {call}," for _, call in pool))
+        seed=rng.randrange(10_000), pool_defs="\n\n\n".join(src for name, src in OPPONENTS.items() if name in used),
+        pool="\n".join(f"    {call}," for _, call in pool))
     weights = [1] * len(game.moves)
     weights[rng.randrange(len(weights))] += rng.choice((0, 1, 2))
     strategy = MATRIX_STRATEGY.substitute(title=MATRIX_GAMES[game.kind][0], moves=json.dumps(list(game.moves)),
@@ -378,72 +417,24 @@ RESPONDERS: dict[str, str] = {
     return lambda history, offer, rng: rng.random() < min(1.0, offer / scale)''',
 }
 
-ULTIMATUM_EVALUATE = Template('''\
-"""Plays `make_offer` from strategy.py as the proposer in repeated ultimatum games.
+ULTIMATUM_EVALUATE = _match_scorer(
+    """Plays `make_offer` from strategy.py as the proposer in repeated ultimatum games.
 
 Each round you offer the responder part of a pie of PIE points and keep the rest if it accepts; a
 rejection leaves both with nothing. Every responder of the fixed pool is met in MATCHES matches of
 ROUNDS rounds with their own seeds. The score is the mean share of the pie you keep per round.
 Prints one JSON object: {"Score": ...}.
-"""
-
-import contextlib
-import json
-import random
-import sys
-
-try:  # gymforge runs the submission in a sandbox of its own and hands it over through gymforge_eval
-    from gymforge_eval import import_submission
-except ImportError:  # under MLGym it is imported into this process
-    from importlib import import_module as import_submission
-
-PIE = $pie
-ROUNDS = $rounds
-MATCHES = $matches
-SEED = $seed
-
-
-$responder_defs
-
-
-RESPONDERS = [
-$responders
-]
-
-
-def play(make_offer, responder, seed: int) -> int:
-    """Points you keep in one match; history holds (offer, accepted) pairs, oldest first."""
-    rng = random.Random(seed)
-    # Seeding the global generator makes strategies that use `random` reproducible too.
-    random.seed(seed)
-    history: list[tuple[int, bool]] = []
-    kept = 0
-    for _ in range(ROUNDS):
+""",
+    "PIE = $pie\n", "RESPONDERS", "make_offer", "responder",
+    play_doc="Points you keep in one match; history holds (offer, accepted) pairs, oldest first.",
+    reply="bool", score="kept", zero="0", scores="kept", scale=" * PIE", round_body="""\
         offer = make_offer(list(history))
         if offer not in range(PIE + 1):
             raise ValueError(f"make_offer returned {offer!r}; expected a whole number of points in 0..{PIE}")
         accepted = bool(responder(history, int(offer), rng))
         history.append((int(offer), accepted))
         kept += PIE - int(offer) if accepted else 0
-    return kept
-
-
-def main() -> None:
-    # Whatever the submitted module prints goes to stderr, so stdout stays one JSON object.
-    with contextlib.redirect_stdout(sys.stderr):
-        make_offer = import_submission("strategy").make_offer
-
-        kept = [
-            play(make_offer, responder, SEED + 1000 * i + m)
-            for i, responder in enumerate(RESPONDERS)
-            for m in range(MATCHES)
-        ]
-    print(json.dumps({"Score": sum(kept) / (len(kept) * ROUNDS * PIE)}))
-
-
-if __name__ == "__main__":
-    main()
-''')
+""")
 
 ULTIMATUM_STRATEGY = Template('''\
 """Your proposer strategy for repeated ultimatum games: edit `make_offer` and keep its signature.
@@ -483,39 +474,22 @@ def _ultimatum_files(game: Game, rng: random.Random) -> dict[str, str]:
     used = {name for name, _ in pool}
     evaluate = ULTIMATUM_EVALUATE.substitute(
         pie=pie, rounds=game.rounds, matches=rng.choice((3, 5)), seed=rng.randrange(10_000),
-        responder_defs="\n\n\n".join(src for name, src in RESPONDERS.items() if name in used),
-        responders="\n".join(f"    {call}," for _, call in pool))
+        pool_defs="\n\n\n".join(src for name, src in RESPONDERS.items() if name in used),
+        pool="\n".join(f"    {call}," for _, call in pool))
     strategy = ULTIMATUM_STRATEGY.substitute(pie=pie, percent=rng.choice((50, 50, 60)))
     return {"strategy.py": strategy, EVALUATION: evaluate}
 
 
 # ---- knapsack ------------------------------------------------------------------------------------------
 
-KNAPSACK_EVALUATE = Template('''\
-"""Scores `select_items` from heuristic.py on INSTANCES seeded random 0/1 knapsack instances.
+KNAPSACK_EVALUATE = _instance_scorer(
+    """Scores `select_items` from heuristic.py on INSTANCES seeded random 0/1 knapsack instances.
 
 Per instance the score is the value you pack divided by the optimum (dynamic programming); an overweight
 or malformed selection fails the evaluation. Prints one JSON object: {"Score": mean ratio}.
-"""
-
-import contextlib
-import json
-import random
-import sys
-
-try:  # gymforge runs the submission in a sandbox of its own and hands it over through gymforge_eval
-    from gymforge_eval import import_submission
-except ImportError:  # under MLGym it is imported into this process
-    from importlib import import_module as import_submission
-
-INSTANCES = $instances
-MIN_ITEMS, MAX_ITEMS = $lo, $hi
-MAX_WEIGHT = $max_weight
-CAPACITY_SHARE = ($cap_lo, $cap_hi)  # of the instance's total weight
-SEED = $seed
-
-
-def make_instance(rng: random.Random) -> tuple[list[int], list[int], int]:
+""",
+    (), "MAX_WEIGHT = $max_weight\nCAPACITY_SHARE = ($cap_lo, $cap_hi)  # of the instance's total weight\n",
+    '''def make_instance(rng: random.Random) -> tuple[list[int], list[int], int]:
     n = rng.randint(MIN_ITEMS, MAX_ITEMS)
     weights = [rng.randint(1, MAX_WEIGHT) for _ in range(n)]
     # Values loosely track weights, which is what makes greedy rules fall short of the optimum.
@@ -539,28 +513,12 @@ def packed_value(selection, values: list[int], weights: list[int], capacity: int
     weight = sum(weights[i] for i in chosen)
     if weight > capacity:
         raise ValueError(f"the selection weighs {weight}, over the capacity {capacity}")
-    return sum(values[i] for i in chosen)
-
-
-def main() -> None:
-    rng = random.Random(SEED)
-    # Seeding the global generator makes heuristics that use `random` reproducible too.
-    random.seed(SEED)
-    ratios = []
-    # Whatever the submitted module prints goes to stderr, so stdout stays one JSON object.
-    with contextlib.redirect_stdout(sys.stderr):
-        select_items = import_submission("heuristic").select_items
-
-        for _ in range(INSTANCES):
+    return sum(values[i] for i in chosen)''',
+    "select_items", """\
             values, weights, capacity = make_instance(rng)
             selection = select_items(list(values), list(weights), capacity)
             ratios.append(packed_value(selection, values, weights, capacity) / optimum(values, weights, capacity))
-    print(json.dumps({"Score": sum(ratios) / len(ratios)}))
-
-
-if __name__ == "__main__":
-    main()
-''')
+""")
 
 KNAPSACK_BASELINES: dict[str, tuple[str, str]] = {
     "most valuable first": ("greedily packs the most valuable items that still fit", "-values[i]"),
@@ -604,32 +562,14 @@ def _knapsack_files(game: Game, rng: random.Random) -> dict[str, str]:
 
 # ---- bin packing ---------------------------------------------------------------------------------------
 
-BIN_EVALUATE = Template('''\
-"""Scores `pack_items` from heuristic.py on INSTANCES seeded random bin-packing instances.
+BIN_EVALUATE = _instance_scorer(
+    """Scores `pack_items` from heuristic.py on INSTANCES seeded random bin-packing instances.
 
 Per instance the score is the lower bound ceil(total size / CAPACITY) divided by the number of bins you
 use; an overfull bin or a lost or repeated item fails the evaluation. Prints {"Score": mean ratio}.
-"""
-
-import contextlib
-import json
-import math
-import random
-import sys
-
-try:  # gymforge runs the submission in a sandbox of its own and hands it over through gymforge_eval
-    from gymforge_eval import import_submission
-except ImportError:  # under MLGym it is imported into this process
-    from importlib import import_module as import_submission
-
-INSTANCES = $instances
-MIN_ITEMS, MAX_ITEMS = $lo, $hi
-MIN_SIZE, MAX_SIZE = $size_lo, $size_hi
-CAPACITY = $capacity
-SEED = $seed
-
-
-def bins_used(bins, sizes: list[int]) -> int:
+""",
+    ("math",), "MIN_SIZE, MAX_SIZE = $size_lo, $size_hi\nCAPACITY = $capacity\n",
+    '''def bins_used(bins, sizes: list[int]) -> int:
     """Non-empty bins; raises unless every item is packed exactly once and no bin overflows."""
     bins = [[int(i) for i in b] for b in bins]
     if sorted(i for b in bins for i in b) != list(range(len(sizes))):
@@ -637,28 +577,12 @@ def bins_used(bins, sizes: list[int]) -> int:
     for b in bins:
         if sum(sizes[i] for i in b) > CAPACITY:
             raise ValueError(f"bin {b} holds {sum(sizes[i] for i in b)}, over the capacity {CAPACITY}")
-    return sum(1 for b in bins if b)
-
-
-def main() -> None:
-    rng = random.Random(SEED)
-    # Seeding the global generator makes heuristics that use `random` reproducible too.
-    random.seed(SEED)
-    ratios = []
-    # Whatever the submitted module prints goes to stderr, so stdout stays one JSON object.
-    with contextlib.redirect_stdout(sys.stderr):
-        pack_items = import_submission("heuristic").pack_items
-
-        for _ in range(INSTANCES):
+    return sum(1 for b in bins if b)''',
+    "pack_items", """\
             sizes = [rng.randint(MIN_SIZE, MAX_SIZE) for _ in range(rng.randint(MIN_ITEMS, MAX_ITEMS))]
             used = bins_used(pack_items(list(sizes), CAPACITY), sizes)
             ratios.append(math.ceil(sum(sizes) / CAPACITY) / used)
-    print(json.dumps({"Score": sum(ratios) / len(ratios)}))
-
-
-if __name__ == "__main__":
-    main()
-''')
+""")
 
 BIN_BASELINES: dict[str, str] = {
     "next fit": '''def pack_items(sizes: list[int], capacity: int) -> list[list[int]]:
