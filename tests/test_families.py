@@ -17,7 +17,7 @@ import yaml
 from gymforge.tasks import mlgym
 from gymforge.llm.codeblocks import parse_files
 from gymforge.tasks.codecheck import check_columns, check_python
-from gymforge.offline import families
+from gymforge.offline import families, improvements
 from gymforge.offline.families import games
 from gymforge.offline.families.common import parse_facts
 from gymforge.offline.families.data_heavy import dataset_details
@@ -198,28 +198,9 @@ def make_offer(history):
     offer, accepted = history[-1]
     return offer if accepted else min(PIE, offer + max(1, PIE // 20))
 ''',
-    "knapsack": '''
-def select_items(values, weights, capacity):
-    chosen, load = [], 0
-    for i in sorted(range(len(values)), key=lambda i: -values[i] / weights[i]):
-        if load + weights[i] <= capacity:
-            chosen.append(i)
-            load += weights[i]
-    return chosen
-''',
-    "bin_packing": '''
-def pack_items(sizes, capacity):
-    bins, loads = [], []
-    for i in sorted(range(len(sizes)), key=lambda i: -sizes[i]):
-        room = next((b for b, load in enumerate(loads) if load + sizes[i] <= capacity), None)
-        if room is None:
-            bins.append([])
-            loads.append(0)
-            room = len(bins) - 1
-        bins[room].append(i)
-        loads[room] += sizes[i]
-    return bins
-''',
+    # The offline agent's own heuristics (its improvement ideas) beat the greedy baselines.
+    "knapsack": improvements.game_function("knapsack", "density"),
+    "bin_packing": improvements.game_function("bin_packing", "ffd"),
 }
 
 

@@ -321,66 +321,59 @@ def _feature_list(tree: ast.Module) -> ast.List | None:
     return None
 
 
-CSV_SCRIPT = '''\
-"""Fits a model on every usable column of the train split and writes submission.csv (columns id, {target})."""
-
-import numpy as np
-import pandas as pd
-from datasets import load_from_disk
-
-SEED = 0
-FEATURES = {features}
-
-
-{build_model}
-
-def main() -> None:
-    np.random.seed(SEED)
-    data = load_from_disk("data")
-    train = data["train"].to_pandas()
-    train = train[train[{target_lit}].notna()]
-    test = data["test"].to_pandas()
-    features = FEATURES or [c for c in train.columns if c != {target_lit}]
-    model = build_model().fit(train[features], train[{target_lit}])
-    submission = pd.DataFrame({{"id": np.arange(len(test)), {target_lit}: model.predict(test[features])}})
-    submission.to_csv("submission.csv", index=False)
-    print(f"wrote submission.csv with {{len(submission)}} rows")
-
+# The scripts an idea writes from scratch (when the file has no function to edit) share their fragments:
+# the fitting head and main()'s opening, the submission.csv writer and the __main__ guard. They are
+# str.format templates: {target}, {target_lit}, {features}, {build_model} and {functions} are filled in later.
+_MAIN_GUARD = '''
 
 if __name__ == "__main__":
     main()
 '''
 
-MODEL_SCRIPT = '''\
-"""Fits a model on every usable column of the train split, pickles it to model.pkl and writes model_config.yaml."""
 
-import pickle
-
-import numpy as np
-from datasets import load_from_disk
-
-SEED = 0
-FEATURES = {features}
+def _csv_writer(prediction: str) -> str:
+    """main()'s closing lines in a CSV task: `prediction` (one value per test row) written as submission.csv."""
+    return (
+        '    submission = pd.DataFrame({{"id": np.arange(len(test)), {target_lit}: ' + prediction + '}})\n'
+        '    submission.to_csv("submission.csv", index=False)\n'
+        '    print(f"wrote submission.csv with {{len(submission)}} rows")\n'
+    )
 
 
-{build_model}
+def _fitting_script(purpose: str, imports: str, load: str, save: str) -> str:
+    """A script that fits build_model() on the train split (FEATURES, else every other column) and saves it.
 
-def main() -> None:
-    np.random.seed(SEED)
-    train = load_from_disk("data")["train"].to_pandas()
-    train = train[train[{target_lit}].notna()]
-    features = FEATURES or [c for c in train.columns if c != {target_lit}]
-    model = build_model().fit(train[features], train[{target_lit}])
-    with open("model.pkl", "wb") as fh:
-        pickle.dump(model, fh)
-    with open("model_config.yaml", "w") as fh:
-        fh.write("model_path: model.pkl\\n")
-    print("saved model.pkl and model_config.yaml")
+    `load` reads the splits into `train` (rows with a target only) and whatever `save` needs."""
+    return (
+        '"""Fits a model on every usable column of the train split' + purpose + '."""\n\n'
+        + imports + 'from datasets import load_from_disk\n\n'
+        'SEED = 0\nFEATURES = {features}\n\n\n{build_model}\n\n'
+        'def main() -> None:\n    np.random.seed(SEED)\n'
+        + load
+        + '    features = FEATURES or [c for c in train.columns if c != {target_lit}]\n'
+        '    model = build_model().fit(train[features], train[{target_lit}])\n'
+        + save + _MAIN_GUARD
+    )
 
 
-if __name__ == "__main__":
-    main()
-'''
+_TRAIN_ROWS = '    train = train[train[{target_lit}].notna()]\n'
+
+CSV_SCRIPT = _fitting_script(
+    " and writes submission.csv (columns id, {target})",
+    "import numpy as np\nimport pandas as pd\n",
+    '    data = load_from_disk("data")\n    train = data["train"].to_pandas()\n' + _TRAIN_ROWS
+    + '    test = data["test"].to_pandas()\n',
+    _csv_writer("model.predict(test[features])"),
+)
+
+MODEL_SCRIPT = _fitting_script(
+    ", pickles it to model.pkl and writes model_config.yaml",
+    "import pickle\n\nimport numpy as np\n",
+    '    train = load_from_disk("data")["train"].to_pandas()\n' + _TRAIN_ROWS,
+    '    with open("model.pkl", "wb") as fh:\n        pickle.dump(model, fh)\n'
+    '    with open("model_config.yaml", "w") as fh:\n        fh.write("model_path: model.pkl\\n")\n'
+    '    print("saved model.pkl and model_config.yaml")\n',
+)
 
 
 def _improve_tabular(source: str, brief: Brief, idea: str) -> str:
@@ -512,14 +505,7 @@ def main() -> None:
     train = data["train"].to_pandas()
     test = data["test"].to_pandas()
     history = train[{target_lit}].ffill().dropna().to_numpy(dtype=float)
-    submission = pd.DataFrame({{"id": np.arange(len(test)), {target_lit}: forecast(history, len(test))}})
-    submission.to_csv("submission.csv", index=False)
-    print(f"wrote submission.csv with {{len(submission)}} rows")
-
-
-if __name__ == "__main__":
-    main()
-'''
+''' + _csv_writer("forecast(history, len(test))") + _MAIN_GUARD
 
 
 def _forecast_functions(brief: Brief, idea: str) -> str:
@@ -544,11 +530,12 @@ def _improve_forecast(source: str, brief: Brief, idea: str) -> str:
 
 # ---- games and heuristics ----------------------------------------------------------------------------
 
+# Each bank's functions open with the signature evaluate.py calls ({entry} is its name) and the idea's MARK
+# docstring; the functions of one bank share their openings and closings, written once below.
+_MATRIX_DEF = 'def {entry}(history: list[tuple[int, int]]) -> int:\n    """MARK"""\n    moves = range(len(PAYOFF))\n'
+_BEST_OPENING = '    if not history:\n        return max(moves, key=lambda m: sum(PAYOFF[m]))\n'
 _MATRIX = {
-    "predict": '''\
-def {entry}(history: list[tuple[int, int]]) -> int:
-    """MARK"""
-    moves = range(len(PAYOFF))
+    "predict": _MATRIX_DEF + '''\
     if len(history) < 2:
         return max(moves, key=lambda m: sum(PAYOFF[m]))
     # Longest context first: the last three, two, then one rounds (both moves), else recent frequencies.
@@ -562,48 +549,48 @@ def {entry}(history: list[tuple[int, int]]) -> int:
         seen = Counter(theirs for _, theirs in history[-10:])
     return max(moves, key=lambda m: sum(PAYOFF[m][theirs] * count for theirs, count in seen.items()))
 ''',
-    "fictitious": '''\
-def {entry}(history: list[tuple[int, int]]) -> int:
-    """MARK"""
-    moves = range(len(PAYOFF))
-    if not history:
-        return max(moves, key=lambda m: sum(PAYOFF[m]))
+    "fictitious": _MATRIX_DEF + _BEST_OPENING + '''\
     seen = Counter(theirs for _, theirs in history)
     return max(moves, key=lambda m: sum(PAYOFF[m][theirs] * count for theirs, count in seen.items()))
 ''',
-    "reciprocate": '''\
-def {entry}(history: list[tuple[int, int]]) -> int:
-    """MARK"""
-    moves = range(len(PAYOFF))
-    if not history:
-        return max(moves, key=lambda m: sum(PAYOFF[m]))
+    "reciprocate": _MATRIX_DEF + _BEST_OPENING + '''\
     theirs = history[-1][1]
     return max(moves, key=lambda m: PAYOFF[m][theirs])
 ''',
 }
+
+
+def _concession(opening: int, step: int, comment: str = "") -> str:
+    """An ultimatum proposer: opens with PIE // opening, keeps accepted offers, raises rejected ones by PIE // step."""
+    return (
+        'def {entry}(history: list[tuple[int, bool]]) -> int:\n    """MARK"""\n'
+        f"    if not history:\n        return max(1, PIE // {opening})\n    offer, accepted = history[-1]\n"
+        + (f"    # {comment}\n" if comment else "")
+        + f"    return offer if accepted else min(PIE, offer + max(1, PIE // {step}))\n"
+    )
+
+
 _ULTIMATUM = {
-    "probe": '''\
-def {entry}(history: list[tuple[int, bool]]) -> int:
-    """MARK"""
-    if not history:
-        return max(1, PIE // 10)
-    offer, accepted = history[-1]
-    # Some responders reject anything below an offer they got before, so an accepted offer is never cut.
-    return offer if accepted else min(PIE, offer + max(1, PIE // 20))
-''',
-    "settle": '''\
-def {entry}(history: list[tuple[int, bool]]) -> int:
-    """MARK"""
-    if not history:
-        return max(1, PIE // 5)
-    offer, accepted = history[-1]
-    return offer if accepted else min(PIE, offer + max(1, PIE // 10))
-''',
+    "probe": _concession(10, 20, "Some responders reject anything below an offer they got before, so an accepted "
+                                 "offer is never cut."),
+    "settle": _concession(5, 10),
 }
+_KNAPSACK_DEF = 'def {entry}(values: list[int], weights: list[int], capacity: int) -> list[int]:\n    """MARK"""\n'
+# Bin packing, largest items first: each item goes to bin `room`, a new one when the rule finds none.
+_DECREASING = (
+    'def {entry}(sizes: list[int], capacity: int) -> list[list[int]]:\n    """MARK"""\n'
+    "    bins, loads = [], []\n    for i in sorted(range(len(sizes)), key=lambda i: -sizes[i]):\n"
+)
+_NEW_BIN_AND_PLACE = '''\
+            bins.append([])
+            loads.append(0)
+            room = len(bins) - 1
+        bins[room].append(i)
+        loads[room] += sizes[i]
+    return bins
+'''
 _HEURISTICS = {
-    "dp": '''\
-def {entry}(values: list[int], weights: list[int], capacity: int) -> list[int]:
-    """MARK"""
+    "dp": _KNAPSACK_DEF + '''\
     best = [0] * (capacity + 1)
     took = []
     for value, weight in zip(values, weights):
@@ -620,9 +607,7 @@ def {entry}(values: list[int], weights: list[int], capacity: int) -> list[int]:
             room -= weights[i]
     return sorted(chosen)
 ''',
-    "density": '''\
-def {entry}(values: list[int], weights: list[int], capacity: int) -> list[int]:
-    """MARK"""
+    "density": _KNAPSACK_DEF + '''\
     chosen, load = [], 0
     for i in sorted(range(len(values)), key=lambda i: -values[i] / max(weights[i], 1e-9)):
         if load + weights[i] <= capacity:
@@ -634,46 +619,31 @@ def {entry}(values: list[int], weights: list[int], capacity: int) -> list[int]:
         return [single]
     return chosen
 ''',
-    "ffd": '''\
-def {entry}(sizes: list[int], capacity: int) -> list[list[int]]:
-    """MARK"""
-    bins, loads = [], []
-    for i in sorted(range(len(sizes)), key=lambda i: -sizes[i]):
+    "ffd": _DECREASING + '''\
         room = next((b for b, load in enumerate(loads) if load + sizes[i] <= capacity), None)
         if room is None:
-            bins.append([])
-            loads.append(0)
-            room = len(bins) - 1
-        bins[room].append(i)
-        loads[room] += sizes[i]
-    return bins
-''',
-    "bfd": '''\
-def {entry}(sizes: list[int], capacity: int) -> list[list[int]]:
-    """MARK"""
-    bins, loads = [], []
-    for i in sorted(range(len(sizes)), key=lambda i: -sizes[i]):
+''' + _NEW_BIN_AND_PLACE,
+    "bfd": _DECREASING + '''\
         fits = [b for b, load in enumerate(loads) if load + sizes[i] <= capacity]
         if fits:
             room = max(fits, key=lambda b: loads[b])
         else:
-            bins.append([])
-            loads.append(0)
-            room = len(bins) - 1
-        bins[room].append(i)
-        loads[room] += sizes[i]
-    return bins
-''',
+''' + _NEW_BIN_AND_PLACE,
 }
 _DEFAULT_ENTRY = {"ultimatum": "make_offer", "knapsack": "select_items", "bin_packing": "pack_items"}
+
+
+def game_function(kind: str, idea: str, entry: str | None = None) -> str:
+    """The idea's function for a game of this kind, named `entry` (by default what evaluate.py calls)."""
+    bank = _MATRIX if kind in MATRIX_GAMES else _ULTIMATUM if kind == "ultimatum" else _HEURISTICS
+    return bank[idea].replace("MARK", MARKS[idea]).replace("{entry}", entry or _DEFAULT_ENTRY.get(kind, "choose_move"))
 
 
 def _improve_game(source: str, brief: Brief, idea: str) -> str:
     game = brief.game
     assert game is not None
     entry = brief.entry or _DEFAULT_ENTRY.get(game.kind, "choose_move")
-    bank = _MATRIX if game.kind in MATRIX_GAMES else _ULTIMATUM if game.kind == "ultimatum" else _HEURISTICS
-    function = bank[idea].replace("MARK", MARKS[idea]).replace("{entry}", entry)
+    function = game_function(game.kind, idea, entry)
     constants: dict[str, str] = {}
     imports: list[tuple[str, str]] = []
     if game.kind in MATRIX_GAMES:
