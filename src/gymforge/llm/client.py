@@ -28,7 +28,7 @@ from datetime import UTC, datetime
 from email.utils import parsedate_to_datetime
 from pathlib import Path
 from types import SimpleNamespace
-from typing import Any, Self
+from typing import Any, Self, TypedDict, Unpack
 from urllib.parse import urlsplit, urlunsplit
 
 from openai import (
@@ -201,6 +201,15 @@ class _Attempt:
     params: dict[str, Any]
 
 
+class ChatOptions(TypedDict, total=False):
+    """The keyword options of LLMClient.chat and .achat; None (or left out) takes the endpoint's setting."""
+
+    tools: list[dict[str, Any]] | None
+    seed: int | None
+    temperature: float | None
+    max_tokens: int | None
+
+
 class LLMClient:
     def __init__(
         self,
@@ -243,16 +252,8 @@ class LLMClient:
     # chat() and achat() share everything but the await: the retry policy (tenacity), admission against the
     # budget with the write-ahead `sent` line, and the booking of each attempt's outcome.
 
-    def chat(
-        self,
-        messages: list[dict[str, Any]],
-        *,
-        tools: list[dict[str, Any]] | None = None,
-        seed: int | None = None,
-        temperature: float | None = None,
-        max_tokens: int | None = None,
-    ) -> ChatResult:
-        call = self._request(messages, tools, seed, temperature, max_tokens)
+    def chat(self, messages: list[dict[str, Any]], **options: Unpack[ChatOptions]) -> ChatResult:
+        call = self._request(messages, **options)
         if (hit := self._cache_get(call)) is not None:
             return hit
         create = self._sync_client().chat.completions.with_raw_response.create
@@ -260,16 +261,8 @@ class LLMClient:
             result = Retrying(**self._policy(call))(self._attempt, call, create)
         return self._done(call, result)
 
-    async def achat(
-        self,
-        messages: list[dict[str, Any]],
-        *,
-        tools: list[dict[str, Any]] | None = None,
-        seed: int | None = None,
-        temperature: float | None = None,
-        max_tokens: int | None = None,
-    ) -> ChatResult:
-        call = self._request(messages, tools, seed, temperature, max_tokens)
+    async def achat(self, messages: list[dict[str, Any]], **options: Unpack[ChatOptions]) -> ChatResult:
+        call = self._request(messages, **options)
         if (hit := self._cache_get(call)) is not None:
             return hit
         client, slots = self._async_parts()
@@ -460,10 +453,11 @@ class LLMClient:
     def _request(
         self,
         messages: list[dict[str, Any]],
-        tools: list[dict[str, Any]] | None,
-        seed: int | None,
-        temperature: float | None,
-        max_tokens: int | None,
+        *,
+        tools: list[dict[str, Any]] | None = None,
+        seed: int | None = None,
+        temperature: float | None = None,
+        max_tokens: int | None = None,
     ) -> _Call:
         ep = self.endpoint
         temperature = ep.temperature if temperature is None else temperature
