@@ -28,6 +28,7 @@ from typing import Any
 from filelock import FileLock
 
 from gymforge.core import atomic
+from gymforge.core.procs import pid_alive
 from gymforge.core.config import Price
 
 # Tokens per prompt character: the estimate before a stage has settled a call, and the upper bound's floor.
@@ -43,14 +44,8 @@ class BudgetExceeded(RuntimeError):
 
 
 def _alive(pid: int, started: float | None) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        pass
     # A recycled pid belongs to a process that started later than the one that made the reservation.
-    return started is None or _start_time(pid) in (None, started)
+    return pid_alive(pid) and (started is None or _start_time(pid) in (None, started))
 
 
 def _start_time(pid: int) -> float | None:

@@ -31,6 +31,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from gymforge.core.procs import pid_alive
+
 log = logging.getLogger(__name__)
 
 class _Held:
@@ -176,16 +178,6 @@ def _sibling(workspace: Path, what: str) -> Path:
 _IMAGE = re.compile(r"\.img-(\d+)-[0-9a-f]{8} \(deleted\)$")
 
 
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        pass
-    return True
-
-
 def sweep() -> list[str]:
     """Unmount the capped file systems whose process died without giving them back (kill -9): their directories
     become plain empty directories again, so a rerun can remove and recreate its run directory (the files of
@@ -208,7 +200,7 @@ def sweep() -> list[str]:
         except OSError:
             continue
         m = _IMAGE.search(backing)
-        if m is None or _alive(int(m.group(1))):
+        if m is None or pid_alive(int(m.group(1))):
             continue
         point = re.sub(r"\\([0-7]{3})", lambda o: chr(int(o.group(1), 8)), where[4])  # mountinfo's octal escapes
         try:
