@@ -19,10 +19,9 @@ from gymforge.agent.parsing import FormatError
 from gymforge.llm.codeblocks import parse_files
 from gymforge.tasks.codecheck import check_python
 from gymforge.core.config import EndpointConfig
-from gymforge.offline import catalog
-from gymforge.hub.data import feature_dtypes, split_train_test
 from gymforge.llm.client import LLMClient
 from gymforge.offline import agent_policy, dispatch, ensure_server, families, improvements
+from gymforge.offline.families.data_heavy import dataset_details
 from gymforge.core.prompts import render
 from gymforge.sandbox import ExecResult, Limits, get_sandbox
 
@@ -45,23 +44,9 @@ TASKS: dict[str, tuple[str, ...]] = {
 }
 
 
-@cache
-def _dataset(dataset_id: str) -> tuple[dict[str, Any], Any]:
-    """The hub's description of a bundled dataset and the train/test split the pipeline stores."""
-    import datasets
-
-    entry = catalog.BY_ID[dataset_id]
-    frame = catalog.load_frame(entry)
-    ds = datasets.Dataset.from_pandas(frame, preserve_index=False)
-    split = split_train_test(ds, chronological=entry.task == "time-series",
-                             stratify_by=entry.target if entry.task == "classification" else None)
-    card: dict[str, Any] = {"task_categories": catalog.TASK_CATEGORIES[entry.task], "target": entry.target}
-    if entry.time_column:
-        card["time_column"] = entry.time_column
-    details = {"id": dataset_id, "description": entry.description, "card_data": card, "tags": list(entry.tags),
-               "features": feature_dtypes(ds.features), "splits": {"train": len(ds)},
-               "example_rows": json.loads(frame.head(3).to_json(orient="records")), "is_local": True}
-    return details, split
+# The hub's description of a bundled dataset and the train/test split the pipeline stores: the offline
+# families' own helper.
+_dataset = cache(dataset_details)
 
 
 @cache
