@@ -11,7 +11,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 from importlib import resources
-from typing import Literal
+from typing import Literal, get_args
 
 import yaml
 
@@ -25,14 +25,7 @@ Family = Literal[
     "game_strategy",
     "unavailable",
 ]
-FAMILIES: tuple[Family, ...] = (
-    "tabular_classification",
-    "tabular_regression",
-    "time_series_forecasting",
-    "model_submission",
-    "game_strategy",
-    "unavailable",
-)
+FAMILIES: tuple[Family, ...] = get_args(Family)
 
 
 @dataclass(frozen=True)
