@@ -14,6 +14,7 @@ Every task carries what decontamination needs to keep synthesized tasks away fro
 from __future__ import annotations
 
 from collections.abc import Sequence
+from importlib import resources
 from pathlib import Path
 from typing import Literal, NamedTuple
 
@@ -65,88 +66,18 @@ class _Meta(NamedTuple):
     datasets: tuple[str, ...]
 
 
+# What decontamination knows of each task (family, keywords, dataset identities): data, in suite.yaml.
+_META = yaml.safe_load(resources.files(__package__).joinpath("suite.yaml").read_text(encoding="utf-8"))
+
 # The built-in suite, in the order it is run and reported.
 BUILTIN: dict[str, _Meta] = {
-    "blobClustering": _Meta(
-        "ari", True, "clustering",
-        ("clustering", "cluster analysis", "cluster assignment", "k means", "gaussian mixture", "mixture component",
-         "adjusted rand index"),
-        ("gymforge-benchmark/blob-clustering-points",)),
-    "signalDenoising": _Meta(
-        "mse", False, "signal denoising",
-        ("denoising", "denoise", "denoiser", "noise removal", "noisy signal", "signal reconstruction"),
-        ("gymforge-benchmark/signal-denoising-signals",)),
-    "kernelDensityBandwidth": _Meta(
-        "nll", False, "density estimation",
-        ("density estimation", "density estimator", "kernel density", "kde", "bandwidth selection",
-         "kernel bandwidth"),
-        ("gymforge-benchmark/kernel-density-samples",)),
-    "graphColoring": _Meta(
-        "colors", False, "graph colouring",
-        ("graph coloring", "graph colouring", "vertex coloring", "vertex colouring", "chromatic number",
-         "proper coloring", "proper colouring"),
-        ("gymforge-benchmark/graph-coloring-graphs",)),
-    "gridNavigation": _Meta(
-        "Reward Mean", True, "gridworld navigation",
-        ("gridworld", "grid world", "grid navigation", "maze navigation", "path planning", "slippery grid"),
-        ("gymforge-benchmark/grid-navigation-maps",)),
+    task_id: _Meta(m["metric"], m["higher_is_better"], m["family"], tuple(m["keywords"]), tuple(m["datasets"]))
+    for task_id, m in _META["builtin"].items()
 }
 
 # MLGym-Bench's 13 tasks (SPEC 4.6): metric and direction come from gymforge.tasks.mlgym.BENCHMARK_TASKS.
 MLGYM: dict[str, tuple[str, tuple[str, ...], tuple[str, ...]]] = {
-    "regressionKaggleHousePrice": (
-        "house price regression",
-        ("house price", "house prices", "housing price", "home price", "kaggle house", "ames housing"),
-        ("house-prices-advanced-regression-techniques", "house prices", "kaggle house prices", "ames housing",
-         "KaggleHousingPrice")),
-    "3SATTime": (
-        "boolean satisfiability",
-        ("3 sat", "3sat", "k sat", "boolean satisfiability", "satisfiability", "sat solver", "dpll", "cnf formula"),
-        ()),
-    "imageClassificationCifar10": (
-        "image classification",
-        ("cifar", "cifar 10", "image classification"),
-        ("uoft-cs/cifar10", "cifar10", "cifar-10", "cifar")),
-    "imageClassificationFMnist": (
-        "image classification",
-        ("fashion mnist", "fmnist", "zalando", "image classification"),
-        ("zalando-datasets/fashion_mnist", "fashion_mnist", "fashion-mnist", "fmnist")),
-    "imageCaptioningCOCO": (
-        "image captioning",
-        ("image captioning", "image caption", "caption generation", "coco", "mscoco", "ms coco"),
-        ("coco", "mscoco", "ms-coco", "coco captions", "coco_captions", "HuggingFaceM4/COCO")),
-    "languageModelingFineWeb": (
-        "language modelling",
-        ("language modeling", "language modelling", "fineweb", "next token prediction"),
-        ("HuggingFaceFW/fineweb", "fineweb", "fineweb-edu", "fineweb10B")),
-    "naturalLanguageInferenceMNLI": (
-        "natural language inference",
-        ("natural language inference", "textual entailment", "mnli", "multinli", "multi nli"),
-        ("nyu-mll/multi_nli", "multi_nli", "multinli", "mnli", "glue/mnli")),
-    "battleOfSexes": (
-        "battle of the sexes",
-        ("battle of the sexes", "battle of sexes", "battle of sex"),
-        ()),
-    "prisonersDilemma": (
-        "prisoner's dilemma",
-        ("prisoners dilemma", "prisoner dilemma", "iterated prisoner"),
-        ()),
-    "blotto": (
-        "colonel blotto",
-        ("blotto", "colonel blotto"),
-        ()),
-    "rlBreakoutMinAtar": (
-        "atari breakout",
-        ("breakout", "minatar", "atari"),
-        ("MinAtar/Breakout", "Breakout-MinAtar")),
-    "rlMetaMazeMisc": (
-        "maze navigation",
-        ("meta maze", "metamaze", "maze"),
-        ("MetaMaze-misc", "MetaMaze")),
-    "rlMountainCarContinuous": (
-        "mountain car",
-        ("mountain car", "mountaincar"),
-        ("MountainCarContinuous-v0", "MountainCarContinuous")),
+    task_id: (m["family"], tuple(m["keywords"]), tuple(m["datasets"])) for task_id, m in _META["mlgym"].items()
 }
 
 

@@ -12,23 +12,10 @@ from gymforge.offline.families.common import TaskSpec
 from gymforge.offline.families.tabular import lit
 
 NAME = "time_series_forecasting"
-ENTRYPOINT = "CSVSubmissionTasks"
+ENTRYPOINT, FILES = tabular.ENTRYPOINT, tabular.FILES
 PROBLEM = "forecasting"
 METRICS = ("rmse", "mae")
-FILES = ("baseline.py", "evaluate.py")
-
-TASK_LINES = (
-    "Forecast `{target}` for every row of the `test` split, which continues the series right after the last "
-    "row of the `train` split (rows are in chronological order).",
-    "The `test` split is the chronological tail of the series: predict `{target}` for each of its rows from "
-    "what the `train` split shows.",
-)
-CLOSINGS = (
-    "Beat the naive baseline: model trend and seasonality, try lag features with a regression model, and "
-    "validate by holding out the end of the train split, never a random sample.",
-    "The baseline ignores most of the structure in the series; compare forecasters on the last part of the "
-    "train split before you submit.",
-)
+TASK_LINES, CLOSINGS = tabular.family_texts(NAME)  # the descriptions' prose (tabular.yaml)
 
 # name -> (docstring summary, module constants, body of forecast(history, horizon))
 METHODS: dict[str, tuple[str, str, str]] = {

@@ -5,24 +5,10 @@ from __future__ import annotations
 from gymforge.offline.families import tabular
 
 NAME = "tabular_regression"
-ENTRYPOINT = "CSVSubmissionTasks"
+ENTRYPOINT, FILES = tabular.ENTRYPOINT, tabular.FILES
 PROBLEM = "regression"
 METRICS = ("rmse", "mae", "r2")
-FILES = ("baseline.py", "evaluate.py")
-
-TASK_LINES = (
-    "Fit a regression model on the `train` split and predict `{target}` for every row of the `test` split.",
-    "Predict the numeric column `{target}` from the other columns; the model is judged on the held-out `test` "
-    "split.",
-    "Learn from the `train` split to estimate `{target}` for the unseen rows of the `test` split.",
-)
-CLOSINGS = (
-    "Beat the baseline: transform skewed columns, add interactions, try other model families and tune "
-    "regularisation, comparing ideas with cross-validation on the train split.",
-    "The baseline uses only some of the columns and an untuned model, so there is room to improve; hold out part "
-    "of the train split to compare ideas.",
-    "Outliers, scaling and model capacity all matter here; validate on the train split before you submit.",
-)
+TASK_LINES, CLOSINGS = tabular.family_texts(NAME)  # the descriptions' prose (tabular.yaml)
 
 
 # the family protocol, shared with the other CSV family (tabular.CsvFamily)

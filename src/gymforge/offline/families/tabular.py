@@ -8,8 +8,11 @@ from __future__ import annotations
 
 import json
 import random
+from importlib import resources
 from string import Template
 from typing import Any
+
+import yaml
 
 from gymforge.offline.families.common import (
     Column,
@@ -27,38 +30,31 @@ from gymforge.offline.families.common import (
     words,
 )
 
+# What every CSV family (classification, regression, forecasting) writes and how MLGym runs it.
+ENTRYPOINT = "CSVSubmissionTasks"
+FILES = ("baseline.py", "evaluate.py")
+
 # (label, import line, constructor with $placeholders, choices per placeholder)
 Model = tuple[str, str, str, dict[str, tuple[Any, ...]]]
 
-CLASSIFIERS: tuple[Model, ...] = (
-    ("logistic regression", "from sklearn.linear_model import LogisticRegression",
-     "LogisticRegression(C=$c, max_iter=2000)", {"c": (0.05, 0.3, 1.0, 3.0)}),
-    ("random forest", "from sklearn.ensemble import RandomForestClassifier",
-     "RandomForestClassifier(n_estimators=$n, max_depth=$depth, random_state=SEED)",
-     {"n": (30, 60), "depth": (3, 5, 8)}),
-    ("histogram gradient boosting", "from sklearn.ensemble import HistGradientBoostingClassifier",
-     "HistGradientBoostingClassifier(max_iter=$n, learning_rate=$lr, max_depth=$depth, random_state=SEED)",
-     {"n": (30, 60), "lr": (0.05, 0.1), "depth": (2, 3)}),
-    ("k-nearest neighbours", "from sklearn.neighbors import KNeighborsClassifier",
-     "KNeighborsClassifier(n_neighbors=$k)", {"k": (3, 9, 25)}),
-    ("decision tree", "from sklearn.tree import DecisionTreeClassifier",
-     "DecisionTreeClassifier(max_depth=$depth, random_state=SEED)", {"depth": (2, 3, 4)}),
-)
-REGRESSORS: tuple[Model, ...] = (
-    ("ridge regression", "from sklearn.linear_model import Ridge", "Ridge(alpha=$alpha)", {"alpha": (0.3, 3.0, 30.0)}),
-    ("lasso", "from sklearn.linear_model import Lasso", "Lasso(alpha=$alpha, max_iter=10000)",
-     {"alpha": (0.1, 1.0, 5.0)}),
-    ("random forest", "from sklearn.ensemble import RandomForestRegressor",
-     "RandomForestRegressor(n_estimators=$n, max_depth=$depth, random_state=SEED)",
-     {"n": (30, 60), "depth": (3, 5, 8)}),
-    ("histogram gradient boosting", "from sklearn.ensemble import HistGradientBoostingRegressor",
-     "HistGradientBoostingRegressor(max_iter=$n, learning_rate=$lr, max_depth=$depth, random_state=SEED)",
-     {"n": (30, 60), "lr": (0.05, 0.1), "depth": (2, 3)}),
-    ("k-nearest neighbours", "from sklearn.neighbors import KNeighborsRegressor",
-     "KNeighborsRegressor(n_neighbors=$k)", {"k": (5, 15, 30)}),
-    ("decision tree", "from sklearn.tree import DecisionTreeRegressor",
-     "DecisionTreeRegressor(max_depth=$depth, random_state=SEED)", {"depth": (2, 3, 5)}),
-)
+# The model tables and the CSV families' prose: data, in tabular.yaml (shipped with the package).
+_TABLES: dict[str, Any] = yaml.safe_load(
+    resources.files(__package__).joinpath("tabular.yaml").read_text(encoding="utf-8"))
+
+
+def _models(problem: str) -> tuple[Model, ...]:
+    return tuple((m["label"], m["import"], m["constructor"], {k: tuple(v) for k, v in m["choices"].items()})
+                 for m in _TABLES["models"][problem])
+
+
+CLASSIFIERS: tuple[Model, ...] = _models("classification")
+REGRESSORS: tuple[Model, ...] = _models("regression")
+
+
+def family_texts(name: str) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """(task sentences, closing advice) of a CSV family's descriptions; `{target}` stands for the target column."""
+    texts = _TABLES["families"][name]
+    return tuple(texts["task_lines"]), tuple(texts["closings"])
 
 
 def lit(value: Any) -> str:
