@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Start a private Docker daemon for the `docker` sandbox backend and build its offline image.
 #
-# Idempotent: a running daemon and an existing image are reused. Logs go to stderr; the last line on
+# Idempotent: a running daemon is reused, and so is an image built from the same package list (a label
+# records it; a changed list rebuilds the image). Logs go to stderr; the last line on
 # stdout is `DOCKER_HOST=unix://...` for the caller to export. Needs root (dockerd, debootstrap) and
 # the Debian mirror plus PyPI once, to install packages and build the image; containers then run
 # without any network.
@@ -13,7 +14,10 @@
 #   GYMFORGE_DOCKER_DIR       state directory (default /var/lib/gymforge-docker)
 #   GYMFORGE_DOCKER_RUN       socket/exec directory, kept short for the socket path limit (default /run/gymforge-docker)
 #   GYMFORGE_SANDBOX_IMAGE    image to build (default gymforge-sandbox:latest)
-#   GYMFORGE_SANDBOX_PACKAGES pip packages installed in the image's /opt/venv
+#   GYMFORGE_SANDBOX_PACKAGES pip packages installed in the image's /opt/venv. The default has PyTorch's CPU
+#                             build (torchrun, for language-model tasks): pip finds `torch==...+cpu` in a local
+#                             wheel folder (PIP_FIND_LINKS) or, elsewhere, with
+#                             PIP_EXTRA_INDEX_URL=https://download.pytorch.org/whl/cpu
 #   PYTHON                    interpreter whose pip downloads the wheels (default python3)
 set -euo pipefail
 
@@ -21,7 +25,7 @@ STATE=${GYMFORGE_DOCKER_DIR:-/var/lib/gymforge-docker}
 RUN=${GYMFORGE_DOCKER_RUN:-/run/gymforge-docker}
 IMAGE=${GYMFORGE_SANDBOX_IMAGE:-gymforge-sandbox:latest}
 BASE=gymforge-sandbox-base:bookworm
-PACKAGES=${GYMFORGE_SANDBOX_PACKAGES:-numpy pandas scikit-learn scipy datasets}
+PACKAGES=${GYMFORGE_SANDBOX_PACKAGES:-numpy pandas scikit-learn scipy datasets torch==2.13.0+cpu}
 PYTHON=${PYTHON:-python3}
 SOCK=$RUN/docker.sock
 export DOCKER_HOST=unix://$SOCK
@@ -71,7 +75,10 @@ if ! docker image inspect "$BASE" >/dev/null 2>&1; then
     trap - EXIT
 fi
 
-if ! docker image inspect "$IMAGE" >/dev/null 2>&1; then
+built_with=$(docker image inspect -f '{{index .Config.Labels "gymforge.packages"}}' "$IMAGE" 2>/dev/null || true)
+if [ "$built_with" != "$PACKAGES" ]; then
+    [ -z "$built_with" ] || log "rebuilding $IMAGE: built with '$built_with', now '$PACKAGES'"
+    old_id=$(docker image inspect -f '{{.Id}}' "$IMAGE" 2>/dev/null || true)
     ctx=$(mktemp -d "$STATE/build.XXXXXX")
     trap 'rm -rf "$ctx"' EXIT
     log "downloading wheels for: $PACKAGES"
@@ -89,9 +96,12 @@ RUN python3 -m venv /opt/venv \\
  && rm -rf /tmp/wheels /root/.cache
 ENV PATH=/opt/venv/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin LANG=C.UTF-8
 WORKDIR /workspace
+LABEL gymforge.packages="$PACKAGES"
 EOF
     log "building $IMAGE"
     docker build -q --network=none -t "$IMAGE" "$ctx" >&2 || die "docker build failed"
+    # the replaced image, now untagged (kept if a container still uses it)
+    [ -z "$old_id" ] || docker rmi "$old_id" >/dev/null 2>&1 || true
     rm -rf "$ctx"
     trap - EXIT
 fi

@@ -54,6 +54,8 @@ from .base import (
 )
 from .shell import ShellSession
 
+HOSTNAME = "sandbox"  # every container's host name: it says nothing about the host
+
 log = logging.getLogger(__name__)
 
 # Kills every process of the container except init, this script and the pids given as arguments; a
@@ -187,6 +189,9 @@ class DockerBackend:
         kwargs: dict[str, Any] = {}
         if not limits.network:
             kwargs["network_mode"] = "none"
+            # No network, so Docker leaves the container's own name out of /etc/hosts; torchrun's c10d store
+            # resolves it (as the local sandbox's /etc/hosts allows): loopback, the only interface there is.
+            kwargs["extra_hosts"] = {HOSTNAME: "127.0.0.1"}
         if self.cpus:
             kwargs["nano_cpus"] = int(self.cpus * 1e9)
         if cgroup_parent:  # the episode's group: its limits bound this container and its siblings together
@@ -204,7 +209,7 @@ class DockerBackend:
             working_dir=WORKDIR,
             user=self.user,
             environment=sandbox_env(env, home=WORKDIR, path=self._path, network=limits.network),
-            hostname="sandbox",
+            hostname=HOSTNAME,
             mem_limit=f"{limits.memory_mb}m",
             memswap_limit=f"{limits.memory_mb}m",
             pids_limit=limits.max_processes,
