@@ -99,6 +99,8 @@ class Session:
 WORKDIR = "/workspace"
 # MLGym's container path of the workspace: its tasks' evaluators hard-code it, so it names WORKDIR too.
 MLGYM_WORKDIR = "/home/agent/workspace"
+# Every sandbox's host name, in both backends: it says nothing about the host, and it resolves to loopback.
+HOSTNAME = "sandbox"
 
 
 class SandboxBackend(Protocol):

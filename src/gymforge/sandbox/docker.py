@@ -37,6 +37,7 @@ from typing import Any, Literal
 from . import cgroups, disk
 from .base import (
     DEFAULT_MAX_OUTPUT,
+    HOSTNAME,
     PATH,
     MLGYM_WORKDIR,
     WORKDIR,
@@ -53,8 +54,6 @@ from .base import (
     sandbox_env,
 )
 from .shell import ShellSession
-
-HOSTNAME = "sandbox"  # every container's host name: it says nothing about the host
 
 log = logging.getLogger(__name__)
 

@@ -45,6 +45,7 @@ from typing import Callable, Literal
 from . import beneath, cgroups, disk
 from .base import (
     DEFAULT_MAX_OUTPUT,
+    HOSTNAME,
     PATH,
     MLGYM_WORKDIR,
     WORKDIR,
@@ -238,7 +239,6 @@ def _proc_status(pid: str) -> dict[str, str]:
 
 _ARGS_FD = "{args-fd}"
 _HOSTS_FD = "{hosts-fd}"
-HOSTNAME = "sandbox"
 _HOSTS = f"127.0.0.1\tlocalhost {HOSTNAME}\n::1\tlocalhost ip6-localhost ip6-loopback {HOSTNAME}\n".encode()
 
 
