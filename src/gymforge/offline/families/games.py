@@ -215,11 +215,14 @@ def _scorer_head(doc: str, *modules: str) -> str:
     return f'"""{doc}"""\n\n{imports}\n{_SUBMISSION_IMPORT}\n'
 
 
+_ZERO = {"float": "0.0", "int": "0"}  # a score's starting value, by its type
+
+
 def _match_scorer(doc: str, constants: str, pool: str, player: str, rival: str, *, play_doc: str, reply: str,
-                  score: str, zero: str, round_body: str, scores: str, scale: str = "") -> Template:
+                  score: str, score_type: str, round_body: str, scores: str, scale: str = "") -> Template:
     """A repeated-game scorer: `player` from strategy.py meets every `rival` of the seeded $pool in MATCHES
     matches of ROUNDS rounds; `round_body` plays one round (the rival's reply is of type `reply`) and adds
-    to `score`; the result is the mean of `scores` per round, divided by `scale`."""
+    to `score` (a `score_type`); the result is the mean of `scores` per round, divided by `scale`."""
     return Template(f"""{_scorer_head(doc)}{constants}ROUNDS = $rounds
 MATCHES = $matches
 SEED = $seed
@@ -233,13 +236,13 @@ $pool
 ]
 
 
-def play({player}, {rival}, seed: int) -> {"float" if "." in zero else "int"}:
+def play({player}, {rival}, seed: int) -> {score_type}:
     \"\"\"{play_doc}\"\"\"
     rng = random.Random(seed)
     # Seeding the global generator makes strategies that use `random` reproducible too.
     random.seed(seed)
     history: list[tuple[int, {reply}]] = []
-    {score} = {zero}
+    {score} = {_ZERO[score_type]}
     for _ in range(ROUNDS):
 {round_body}    return {score}
 
@@ -351,7 +354,7 @@ your mean payoff per round over all matches. Prints one JSON object: {"Score": .
     "MOVES = $moves\nPAYOFF = $payoff  # PAYOFF[your_move][opponent_move] = your points\n",
     "OPPONENTS", "choose_move", "opponent",
     play_doc="Your total payoff in one match; history holds (your_move, opponent_move) pairs, oldest first.",
-    reply="int", score="total", zero="0.0", scores="totals", round_body="""\
+    reply="int", score="total", score_type="float", scores="totals", round_body="""\
         move = choose_move(list(history))
         if move not in range(len(MOVES)):
             raise ValueError(f"choose_move returned {move!r}; expected a move index in 0..{len(MOVES) - 1}")
@@ -427,7 +430,7 @@ Prints one JSON object: {"Score": ...}.
 """,
     "PIE = $pie\n", "RESPONDERS", "make_offer", "responder",
     play_doc="Points you keep in one match; history holds (offer, accepted) pairs, oldest first.",
-    reply="bool", score="kept", zero="0", scores="kept", scale=" * PIE", round_body="""\
+    reply="bool", score="kept", score_type="int", scores="kept", scale=" * PIE", round_body="""\
         offer = make_offer(list(history))
         if offer not in range(PIE + 1):
             raise ValueError(f"make_offer returned {offer!r}; expected a whole number of points in 0..{PIE}")
