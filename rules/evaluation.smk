@@ -9,6 +9,7 @@ TASK_GPUS = {t.id: t.gpus for t in BENCHMARK}  # a GPU task's job declares (and 
 EVAL_MODELS = [m.name for m in CFG.evaluate.models]
 SCORES = f"{R}/scores"
 EVAL_RECORDS = expand(f"{SCORES}/runs/{{model}}/{{task}}.json", model=EVAL_MODELS, task=BENCHMARK_TASKS)
+CHECKS = expand(f"{SCORES}/checks/{{task}}.json", task=BENCHMARK_TASKS)
 
 
 wildcard_constraints:
@@ -60,3 +61,22 @@ rule eval_runs:
             "--log {log} --out {output}",
             gpus=True,
         )
+
+
+rule check_benchmark_task:
+    # Each benchmark task's evaluator, probed once with knowledge-free degenerate submissions (gymforge
+    # check-task); score_table reports a gameable one beside its AUP contribution.
+    output:
+        f"{SCORES}/checks/{{task}}.json",
+    log:
+        f"{LOGS}/scores/checks/{{task}}.log",
+    benchmark:
+        f"{BENCH}/scores/checks/{{task}}.tsv"
+    params:
+        digest=CFG.digest("seed", "sandbox", "evaluate"),
+    resources:
+        gpu=lambda w: TASK_GPUS[w.task],
+        mem_mb=CFG.evaluate.mem_mb,
+        runtime=CFG.evaluate.runtime_min,
+    shell:
+        gymforge("check-benchmark-task", "--task {wildcards.task} --out {output}", gpus=True)

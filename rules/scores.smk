@@ -3,7 +3,8 @@
 
 rule score_table:
     input:
-        EVAL_RECORDS,
+        records=EVAL_RECORDS,
+        checks=CHECKS,
     output:
         aup=f"{SCORES}/aup.csv",
         scores=f"{SCORES}/scores.json",
@@ -16,7 +17,7 @@ rule score_table:
     shell:
         gymforge(
             "score-table",
-            "--records {input} --aup-out {output.aup} --scores-out {output.scores} --replies-out "
+            "--records {input.records} --checks {input.checks} --aup-out {output.aup} --scores-out {output.scores} --replies-out "
             "{output.replies} --violins-out {output.violins} --bars-out {output.bars} --profiles-out "
             "{output.profiles}",
         )
@@ -37,6 +38,7 @@ rule run_summary:
         f"{SFT}/stats.json",
         CHECKPOINT,
         EVAL_RECORDS,
+        CHECKS,
         rules.score_table.output,
     output:
         html=report(f"{R}/report/summary.html", caption="../report/summary.rst", category="1. Funnel"),

@@ -5,12 +5,15 @@ from __future__ import annotations
 import json
 import os
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
 from test_sft import build, rollout, trajectory, write_shard
 
 from gymforge.agent import Agent, AgentConfig, AgentTask, SubmissionNotFound
+from gymforge.core.config import RewardConfig
+from gymforge.rl.rewards import Episode, TaskMetric, episode_reward
 from gymforge.agent.audit import STDLIB_LIKE, Auditor, Flag, scan_workspace
 from gymforge.core.prompts import templates_dir
 from gymforge.report.summary import audit_html
@@ -85,6 +88,73 @@ def test_editing_the_open_evaluation_script_is_flagged(tmp_path: Path) -> None:
     assert codes(a.check_command("edit 1:3\nx\nend_of_edit", cwd=WORKDIR, open_file=f"{WORKDIR}/evaluate.py")) == {
         "eval_tamper"}
     assert a.check_command("edit 1:3\nx\nend_of_edit", cwd=WORKDIR, open_file=f"{WORKDIR}/train.py") == []
+
+
+EVALUATOR = f"{WORKDIR}/evaluate.py"
+EDIT = "edit 1:3\nx\nend_of_edit"
+
+
+@pytest.mark.parametrize(("action", "observation"), [
+    # MLGym (tools/edit_linting.sh, insert_linting.sh, defaults.sh) on its chmod-555 evaluate.py
+    (EDIT, f"Error: You cannot edit read-only file {EVALUATOR}"),
+    ("insert 1\nimport os\nend_of_insert", f"Error: You cannot edit read-only file {EVALUATOR}"),
+    (EDIT, f"/home/agent/commands/edit_linting.sh: line 79: {EVALUATOR}: Permission denied\n"
+           f"[File: {EVALUATOR} (41 lines total)]\n1:import json\nFile updated. Please review the changes."),
+    (EDIT, "Your proposed edit has introduced new syntax error(s). Please read this error message carefully and "
+           "then retry editing the file.\nERRORS:\n- E999 IndentationError: unexpected indent"),
+    ("insert 1\n  x\nend_of_insert", "Your proposed insertion has introduced new syntax error(s). Please read this "
+                                      "error message carefully and then retry inserting into the file."),
+    ('edit "strategy.py" 1:36\nx\nend_of_edit', "Usage: edit <start_line>:<end_line>"),
+    ("create evaluate.py", "Error: File 'evaluate.py' already exists."),
+    # gymforge's own file tools (gymforge.agent.tools)
+    (EDIT, f"Error: {EVALUATOR} is read-only"),
+    (EDIT, "Your edit was NOT applied: it would introduce these errors:\n- evaluate.py:2: undefined name 'y'"),
+])
+def test_a_rejected_edit_of_the_open_evaluator_is_eval_edit_rejected(tmp_path: Path, action: str,
+                                                                     observation: str) -> None:
+    flags = auditor(tmp_path).check_command(action, cwd=WORKDIR, open_file=EVALUATOR, observation=observation)
+    assert codes(flags) == {"eval_edit_rejected"}, flags
+    assert "changed nothing" in flags[0].detail
+
+
+@pytest.mark.parametrize(("action", "observation"), [
+    (EDIT, f"[File: {EVALUATOR} (43 lines total)]\n1:x\nFile updated. Please review the changes and make sure "
+           "they are correct (correct indentation, no duplicate lines, etc). Edit the file again if necessary."),
+    ("create evaluate.py", f"[File: {EVALUATOR} (1 lines total)]\n1:"),
+    (EDIT, "File updated. Check that the indentation is right and that nothing is duplicated."),  # gymforge
+    (EDIT, ""),  # nothing printed: no evidence that it failed
+    # a shell write stays eval_tamper whatever it printed (sed -i replaces a read-only file in a writable dir)
+    ("echo 'print(1)' > evaluate.py", "bash: evaluate.py: Permission denied"),
+    ("sed -i 's/mse/0/' evaluate.py", "sed: couldn't open temporary file ./sedX: Permission denied"),
+    ("rm -f evaluate.py", "rm: cannot remove 'evaluate.py': Permission denied"),
+])
+def test_a_write_of_the_evaluator_that_may_have_happened_stays_eval_tamper(tmp_path: Path, action: str,
+                                                                           observation: str) -> None:
+    flags = auditor(tmp_path).check_command(action, cwd=WORKDIR, open_file=EVALUATOR, observation=observation)
+    assert codes(flags) == {"eval_tamper"}, flags
+
+
+@pytest.mark.parametrize("target", ["evaluate.py", EVALUATOR])
+def test_an_edit_body_that_writes_the_evaluator_stays_eval_tamper_when_the_edit_is_rejected(tmp_path: Path,
+                                                                                           target: str) -> None:
+    flags = auditor(tmp_path).check_command(f"edit 1:1\ncp fake.py {target}\nend_of_edit", cwd=WORKDIR,
+                                            open_file=EVALUATOR, observation=f"Error: {EVALUATOR} is read-only")
+    assert sorted(f.code for f in flags) == ["eval_edit_rejected", "eval_tamper"]
+
+
+def test_the_workspace_scan_decides_whether_a_live_edit_changed_the_evaluator(tmp_path: Path) -> None:
+    (tmp_path / "evaluate.py").write_text("import json\n")
+    a = auditor(tmp_path)
+    # unchanged after the step: rejected, whatever was printed (the scan is the evidence)
+    flags = a.check(EDIT, open_file=EVALUATOR, observation="File updated.")
+    assert [(f.code, f.detail) for f in flags] == [
+        ("eval_edit_rejected", f"edit of {EVALUATOR!r} changed nothing: its fingerprint is the same after the step")]
+    assert codes(a.check("create evaluate.py", open_file=None)) == {"eval_edit_rejected"}
+    # changed: eval_tamper, from the command and from the scan, even when the tool claims a refusal
+    (tmp_path / "evaluate.py").write_text("print('{\"score\": 1}')\n")
+    flags = a.check(EDIT, open_file=EVALUATOR, observation=f"Error: {EVALUATOR} is read-only")
+    assert {(f.code, f.detail) for f in flags} == {("eval_tamper", f"command writes {EVALUATOR!r}"),
+                                                   ("eval_tamper", "evaluation script evaluate.py changed")}
 
 
 def test_relative_symlink_targets_resolve_from_the_link(tmp_path: Path) -> None:
@@ -245,6 +315,7 @@ def test_attack_episode_is_flagged_per_step_and_kept_out_of_the_sft_data(tmp_pat
     stats = build(tmp_path / "results", [shard], tok)
     assert stats["kept"] == 1 and stats["discarded"] == {"flagged": 1}
     assert stats["audit"] == {"flagged_rollouts": 1, "excluded": True, "rollouts": ["t0000-r00000"],
+                              "kept_codes": ["eval_edit_rejected"],
                               "by_code": {"proc_other": 1, "shadow_module": 1, "symlink_outside": 1}}
     summaries = [json.loads(line) for line in (tmp_path / "results" / "sft" / "rollouts.jsonl").read_text().splitlines()]
     assert [(s["reason"], s["flags"]) for s in summaries] == [
@@ -260,3 +331,61 @@ def test_a_flagged_trajectory_without_a_score_counts_as_flagged(tmp_path: Path) 
     tok = build_tokenizer("offline", tmp_path / "tok", templates_dir(), [])
     stats = build(tmp_path, [write_shard(tmp_path, "t0000", [rollout(traj, 0)])], tok)
     assert stats["discarded"] == {"flagged": 1}  # the first failed filter: flags before success
+
+
+# ---- eval_edit_rejected end to end: the agent loop, the SFT filter, the RL reward ------------------------
+
+
+class EvalTaskEvaluator(CsvEvaluator):
+    """A CSV evaluator whose task names `evaluate.py` as its evaluation script (so the audit watches it)."""
+
+    def __init__(self, workspace: Path) -> None:
+        super().__init__(workspace)
+        self.task = SimpleNamespace(evaluation_paths=["evaluate.py"], secret_files=[])
+        self.root, self.has_secrets = None, False
+
+
+def run_eval_episode(tmp_path: Path, commands: list[str], *, read_only: bool) -> Any:
+    ws = tmp_path / "ws"
+    ws.mkdir(parents=True)
+    (ws / "evaluate.py").write_text("import json\nprint(json.dumps({'score': 0}))\n")
+    if read_only:
+        (ws / "evaluate.py").chmod(0o444)
+    model = ReplayModel([cmd(c) for c in commands], model="replay:test")
+    task = AgentTask(id="toy", description="Write a number into submission.csv.", training_timeout=10)
+    with get_sandbox("local").open(ws, limits=Limits()) as session:
+        return Agent(model, session, EvalTaskEvaluator(ws), task, AgentConfig(max_steps=10),  # type: ignore[arg-type]
+                     meta={"sandbox": "local"}).run()
+
+
+def test_an_edit_of_the_open_read_only_evaluator_in_an_episode_is_eval_edit_rejected(tmp_path: Path) -> None:
+    commands = ["open evaluate.py", "edit 2:2\nprint(json.dumps({'score': 1}))\nend_of_edit",
+                "echo 0.5 > submission.csv", "submit"]
+    rejected = run_eval_episode(tmp_path / "ro", commands, read_only=True)
+    assert (tmp_path / "ro" / "ws" / "evaluate.py").read_text().endswith("{'score': 0}))\n")
+    assert [(f.step, f.code) for f in rejected.info.flags] == [(2, "eval_edit_rejected")]
+
+    applied = run_eval_episode(tmp_path / "rw", commands, read_only=False)
+    assert (tmp_path / "rw" / "ws" / "evaluate.py").read_text().endswith("{'score': 1}))\n")
+    assert {(f.step, f.code) for f in applied.info.flags} == {(2, "eval_tamper")}
+    assert len(applied.info.flags) == 2  # the command and the scan
+
+    # SFT: kept by default (and counted), dropped with keep_eval_edit_rejected: false; a real change is dropped
+    tok = build_tokenizer("offline", tmp_path / "tok", templates_dir(), [])
+    shard = write_shard(tmp_path / "results", "t0000", [rollout(rejected, 0), rollout(applied, 1)])
+    stats = build(tmp_path / "results", [shard], tok)
+    assert stats["kept"] == 1 and stats["discarded"] == {"flagged": 1}
+    assert stats["audit"]["by_code"] == {"eval_edit_rejected": 1, "eval_tamper": 1}
+    assert stats["audit"]["flagged_rollouts"] == 2 and stats["audit"]["kept_codes"] == ["eval_edit_rejected"]
+    strict = build(tmp_path / "strict", [shard], tok, keep_eval_edit_rejected=False)
+    assert strict["kept"] == 0 and strict["discarded"] == {"flagged": 2} and strict["audit"]["kept_codes"] == []
+
+    # RL: the policy is explicit; penalize (the default) treats the attempt as flagged, ignore does not
+    task = TaskMetric("score", True, 0.25)
+    for policy, flagged in (("penalize", True), ("ignore", False)):
+        weights = RewardConfig(eval_edit_rejected=policy)
+        r = episode_reward(Episode.of(rejected), task, weights)
+        assert r.flagged is flagged
+        assert (r.reward == weights.no_submission_penalty) is flagged
+        assert episode_reward(Episode.of(applied), task, weights).flagged  # a real change always costs the reward
+    assert RewardConfig().eval_edit_rejected == "penalize"

@@ -605,7 +605,7 @@ print("uid", os.getuid())
 
 
 def test_mlgym_helper_makes_local_data_in_the_sandbox(tmp_path: Path) -> None:
-    from gymforge.benchmark.prepare import prepare_local_data
+    from gymforge.tasks.prepare import prepare_local_data
     from gymforge.sandbox import Limits, get_sandbox
 
     _helper_task(tmp_path, SPLIT_HELPER)
@@ -617,7 +617,7 @@ def test_mlgym_helper_makes_local_data_in_the_sandbox(tmp_path: Path) -> None:
 
 
 def test_mlgym_helper_cannot_plant_links_or_fail_silently(tmp_path: Path) -> None:
-    from gymforge.benchmark.prepare import PrepareError, prepare_local_data
+    from gymforge.tasks.prepare import PrepareError, prepare_local_data
     from gymforge.sandbox import Limits, get_sandbox
 
     _helper_task(tmp_path / "a", "import os\nos.makedirs('../data')\nos.symlink('/etc/shadow', '../data/answer.csv')\n")

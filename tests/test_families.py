@@ -300,6 +300,11 @@ def test_first_code_drafts_carry_detectable_bugs(tmp_path: Path) -> None:
         columns = set(prop["dataset"]["features"]) if prop["dataset"] else set()
         static = [e for path, src in first.items() for e in check_python(src, path) + check_columns(src, path, columns)]
         changed = [path for path in first if first[path] != clean[path]]
+        if families.sloppy_evaluator(configs, prop["dataset"], seed=seed, attempt=0):
+            # a sloppy evaluator is a separate slip (test_first_drafts_have_sloppy_evaluators)
+            sloppy = next(p for p in changed if p.endswith("/evaluate.py"))
+            changed.remove(sloppy)
+            static = [e for e in static if not e.startswith(sloppy)]
         if bug is None:
             assert not changed and not static
             continue
@@ -331,3 +336,32 @@ def test_first_code_drafts_carry_detectable_bugs(tmp_path: Path) -> None:
 
     with ThreadPoolExecutor(4) as pool:
         assert all(pool.map(fails, sorted(runtime_examples)))
+
+
+def test_first_drafts_have_sloppy_evaluators() -> None:
+    """About 30% of first drafts of the families that have one (CSV, knapsack, bin packing) carry an evaluator that runs, passes every
+    static check and scores the baseline, but accepts degenerate submissions; repairs never do."""
+    sloppy = eligible = 0
+    for seed in range(80):
+        prop = proposal(*BUG_PROPOSALS[seed % len(BUG_PROPOSALS)])
+        configs = parse_files(families.write_configs(prop, seed=seed, attempt=1))
+        assert not families.sloppy_evaluator(configs, prop["dataset"], seed=seed, attempt=1)
+        spec = families.spec_from_configs(configs, prop["dataset"])
+        if spec.family == "model_submission" or (spec.game is not None and spec.game.kind not in ("knapsack",
+                                                                                                  "bin_packing")):
+            assert not families.sloppy_evaluator(configs, prop["dataset"], seed=seed, attempt=0)
+            continue
+        eligible += 1
+        if not families.sloppy_evaluator(configs, prop["dataset"], seed=seed, attempt=0):
+            continue
+        sloppy += 1
+        first = parse_files(families.write_code(configs, prop["dataset"], seed=seed, attempt=0))
+        path = next(p for p in first if p.endswith("/evaluate.py"))
+        if families.code_bug(configs, prop["dataset"], seed=seed, attempt=0) != "missing_import":
+            assert check_python(first[path], path) == []
+        clean = parse_files(families.write_code(configs, prop["dataset"], seed=seed, attempt=1))[path]
+        removed = set(clean.splitlines()) - set(first[path].splitlines())
+        # what a sloppy author leaves out: the id checks or the rejection of missing predictions (CSV), the
+        # constraint checks on the heuristic's answer (knapsack, bin packing)
+        assert any("ids 0.." in line or "missing" in line or "over the capacity" in line for line in removed)
+    assert 0.15 <= sloppy / eligible <= 0.5

@@ -144,6 +144,44 @@ def test_import_of_mlgym_runs_applies_every_filter_and_records_the_source(tmp_pa
     assert stats["kept"] == 3 and stats["audit"]["flagged_rollouts"] == 2
 
 
+EVAL = "/home/agent/workspace/evaluate.py"
+
+
+def with_open_file(data: dict[str, Any], step: int, open_file: str, observation: str) -> dict[str, Any]:
+    """`data` with step `step` (0-based) run while `open_file` was open, printing `observation`."""
+    data["trajectory"][step]["state"] = json.dumps({"open_file": open_file, "working_dir": "/home/agent/workspace"})
+    data["trajectory"][step]["observation"] = observation
+    return data
+
+
+def test_an_mlgym_run_whose_only_flag_is_a_rejected_evaluator_edit_is_kept(tmp_path, tokenizer_dir):
+    runs = tmp_path / "runs"
+    edit = "edit 1:3\ndef row_strategy(history):\n    return 0\nend_of_edit"
+    # MLGym's evaluate.py is chmod 555: the edit, meant for strategy.py, was refused and changed nothing
+    write_run(runs, 0, with_open_file(mlgym_traj(["open evaluate.py", edit, "submit"], tag="a"), 1, EVAL,
+                                      f"Error: You cannot edit read-only file {EVAL}"))
+    # an older MLGym edit tool: bash's redirection failed, then the tool printed "File updated" regardless
+    write_run(runs, 1, with_open_file(mlgym_traj(["open evaluate.py", edit, "submit"], tag="b"), 1, EVAL,
+                                      f"/home/agent/commands/edit_linting.sh: line 79: {EVAL}: Permission denied\n"
+                                      f"[File: {EVAL} (41 lines total)]\n1:import json\nFile updated."))
+    # a writable evaluator: the edit applied, the run stays out
+    write_run(runs, 2, with_open_file(mlgym_traj(["open evaluate.py", edit, "submit"], tag="c"), 1, EVAL,
+                                      f"[File: {EVAL} (43 lines total)]\n1:def row_strategy(history):\nFile updated."))
+    found = list(import_candidates(runs))
+    assert [c.flags for c in found] == [["eval_edit_rejected"], ["eval_edit_rejected"], ["eval_tamper"]]
+
+    stats = run_import(cfg_for(tmp_path), [runs], tokenizer_dir, tmp_path / "out")
+    assert stats["kept"] == 2 and stats["discarded"] == {"flagged": 1}
+    assert stats["audit"]["flagged_rollouts"] == 3  # counted, kept or not
+    assert stats["audit"]["by_code"] == {"eval_edit_rejected": 2, "eval_tamper": 1}
+    summary = [json.loads(line) for line in (tmp_path / "out" / "rollouts.jsonl").read_text().splitlines()]
+    assert [(s["reason"], s["flags"]) for s in summary] == [
+        (None, ["eval_edit_rejected"]), (None, ["eval_edit_rejected"]), ("flagged", ["eval_tamper"])]
+    # filter.keep_eval_edit_rejected: false drops them like any flagged run
+    strict = run_import(cfg_for(tmp_path, keep_eval_edit_rejected=False), [runs], tokenizer_dir, tmp_path / "strict")
+    assert strict["kept"] == 0 and strict["discarded"] == {"flagged": 3}
+
+
 def rollout(index: int, traj: Trajectory) -> RolloutRecord:
     return RolloutRecord(slot="t0000", task_id="taskG", rollout=index, seed=7 + index,
                          teacher=TeacherRef(provider="offline", model="teacher-g", endpoint="http://127.0.0.1:1/v1",
@@ -245,6 +283,26 @@ def test_released_mlgym_trajectories_import(tmp_path, tokenizer_dir):
                                                       and s["thought"].startswith("Exit due to"))]
         assert row["messages"][-1]["content"] == real[-1]["response"]
         assert row["messages"][0]["content"] == data["history"][0]["content"]
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not os.environ.get("MLGYM_ROOT"), reason="MLGYM_ROOT (an MLGym checkout) not set")
+def test_released_mlgym_trajectories_audit():
+    """The audit of every released run: of the 39 runs that aim a file tool at evaluate.py, the 6 whose edits
+    applied stay eval_tamper and the other 33 (and 2 of the 6) have edits MLGym refused, eval_edit_rejected
+    (bench/audit_precision.py checks both against the evaluator's listings)."""
+    from gymforge.tools.import_trajectories import mlgym_flags
+
+    trajs = sorted((Path(os.environ["MLGYM_ROOT"]) / "trajectories").rglob("*.traj"))
+    if not trajs:
+        pytest.skip("no .traj files")
+    by_code: dict[str, int] = {}
+    for path in trajs:
+        steps = [s for s in json.loads(path.read_text()).get("trajectory") or [] if isinstance(s, dict)]
+        for code in mlgym_flags(steps):
+            by_code[code] = by_code.get(code, 0) + 1
+    if len(trajs) == 671:  # MLGym's release (trajectories/mlgym_bench_v0)
+        assert by_code == {"eval_edit_rejected": 35, "eval_tamper": 6}
 
 
 @pytest.mark.slow

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 import shutil
 from pathlib import Path
 
@@ -192,3 +193,109 @@ def test_cli_replay(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     out = capsys.readouterr().out
     assert "stagHuntDuel.traj: submitted" in out
     assert "flagged at step 1: symlink_outside: command links 'x' -> '/etc/passwd'" in out
+
+
+# ---- local data made by MLGym's helper scripts -------------------------------------------------------------
+
+HELPER = """
+import csv, os
+rows = list(csv.DictReader(open("raw.csv")))
+os.makedirs("../data", exist_ok=True)
+with open("../data/train.csv", "w") as f:
+    f.write("x,y\\n" + "".join(f"{r['x']},{r['y']}\\n" for r in rows[:12]))
+with open("../data/test.csv", "w") as f:
+    f.write("id,x\\n" + "".join(f"{r['id']},{r['x']}\\n" for r in rows[12:]))
+with open("../data/answer.csv", "w") as f:
+    f.write("id,y\\n" + "".join(f"{r['id']},{r['y']}\\n" for r in rows[12:]))
+"""
+
+SPLIT_EVALUATE = """
+import argparse, csv, json, math, os
+# MLGym's regressionKaggleHousePrice reads the answers from the task's data directory, as this does.
+ANSWERS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "data", "answer.csv")
+parser = argparse.ArgumentParser()
+parser.add_argument("--submission_file", required=True)
+args = parser.parse_args()
+read = lambda path: {row["id"]: float(row["y"]) for row in csv.DictReader(open(path))}
+answers, predictions = read(ANSWERS), read(args.submission_file)
+print(json.dumps({"rmse": math.sqrt(sum((predictions[i] - y) ** 2 for i, y in answers.items()) / len(answers))}))
+"""
+
+
+def helper_task(root: Path, helper: str = HELPER) -> Path:
+    """An MLGym-shaped tree whose task's data split is made by `data/splitHelper/_helpers/make.py`, as
+    regressionKaggleHousePrice's is: the split is not in the tree. Returns the task YAML."""
+    task = root / "data" / "splitHelper"
+    (task / "_helpers").mkdir(parents=True)
+    raw = [(i, i / 4, 2 * (i / 4) + 1 + (i % 3) / 10) for i in range(18)]
+    (task / "_helpers" / "raw.csv").write_text("id,x,y\n" + "".join(f"{i},{x},{y}\n" for i, x, y in raw))
+    (task / "_helpers" / "make.py").write_text(helper)
+    (task / "baseline.py").write_text(
+        "import csv\nys = [float(r['y']) for r in csv.DictReader(open('data/train.csv'))]\n"
+        "with open('submission.csv', 'w') as out:\n    out.write('id,y\\n')\n"
+        "    for r in csv.DictReader(open('data/test.csv')):\n        out.write(f\"{r['id']},{sum(ys) / len(ys)}\\n\")\n")
+    (task / "evaluate.py").write_text(SPLIT_EVALUATE)
+    mean = sum(y for _, _, y in raw[:12]) / 12
+    rmse = math.sqrt(sum((mean - y) ** 2 for _, _, y in raw[12:]) / 6)
+    (root / "configs" / "datasets").mkdir(parents=True)
+    (root / "configs" / "datasets" / "splitHelperData.yaml").write_text(
+        "name: splitHelperData\ndescription: train.csv (x, y) and test.csv (id, x)\n"
+        "data_path: data/splitHelper/data\nis_local: true\n")
+    (root / "configs" / "tasks").mkdir(parents=True)
+    task_yaml = root / "configs" / "tasks" / "splitHelper.yaml"
+    task_yaml.write_text(
+        "id: splitHelper\nname: Split made by a helper\ndescription: |-\n  Predict y for data/test.csv.\n"
+        "  {dataset_docs}\ndataset_configs:\n- datasets/splitHelperData.yaml\ntask_entrypoint: CSVSubmissionTasks\n"
+        "training_timeout: 120\nstarter_code:\n- data/splitHelper/baseline.py\n- data/splitHelper/evaluate.py\n"
+        f"baseline_paths:\n- baseline.py\nbaseline_scores:\n- rmse: {rmse!r}\nevaluation_paths:\n- evaluate.py\n"
+        "evaluation_read_only: true\n")
+    return task_yaml
+
+
+def test_run_task_makes_helper_generated_data_as_the_benchmark_does(tmp_path: Path) -> None:
+    # A new user's first command on a fresh checkout: nothing has prepared the split (no `snakemake scores`).
+    root = tmp_path / "mlgym"
+    task_yaml = helper_task(root)
+    made = root / "data" / "splitHelper" / "data"
+    assert not made.exists()
+    traj = read_trajectory(run_task(task_yaml, root, "submit-baseline", tmp_path / "out", gpus=0))
+    assert traj.info.exit_status == "submitted"
+    assert traj.info.score == load_task_config(task_yaml).baseline_scores  # the recorded baseline, exactly
+    assert sorted(p.name for p in made.iterdir()) == ["answer.csv", "test.csv", "train.csv"]  # made once, in the tree
+    assert sorted(p.name for p in (tmp_path / "out" / "episode" / "workspace" / "data").iterdir()) == [
+        "answer.csv", "test.csv", "train.csv"]
+
+
+def test_the_benchmark_and_run_task_prepare_data_with_the_same_function(tmp_path: Path,
+                                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    from gymforge.tasks import prepare
+    from gymforge.benchmark.suite import BenchmarkTask, require_runnable
+    from gymforge.sandbox import Limits, get_sandbox
+    from gymforge.tasks.episode import EpisodeRunner
+
+    calls: list[tuple[str, list[str]]] = []
+    real = prepare.prepare_task_data
+    monkeypatch.setattr(prepare, "prepare_task_data",
+                        lambda root, task_id, paths, **kw: calls.append((task_id, list(paths))) or real(
+                            root, task_id, paths, **kw))
+    root = tmp_path / "mlgym"
+    task_yaml = helper_task(root)
+    task = BenchmarkTask(id="splitHelper", name="s", task_yaml=task_yaml, root=root, entrypoint="CSVSubmissionTasks",
+                         metric="rmse", higher_is_better=False, family="f", keywords=[], datasets=[],
+                         local_data=["data/splitHelper/data"])
+    require_runnable(task, tmp_path / "cache", 0, sandbox=get_sandbox("local"), limits=Limits())
+    # What check-task does: an environment from the one episode runner, then install.
+    runner = EpisodeRunner(get_sandbox("local"), Limits())
+    runner.environment(task_yaml, root=root, run_dir=tmp_path / "check").install()
+    assert calls == [("splitHelper", ["data/splitHelper/data"])] * 2
+
+
+def test_a_failing_helper_stops_the_install_with_its_output(tmp_path: Path) -> None:
+    from gymforge.tasks.environment import InstallError
+
+    root = tmp_path / "mlgym"
+    task_yaml = helper_task(root, "raise SystemExit('raw data is corrupt')\n")
+    with pytest.raises(InstallError, match=r"(?s)could not be made with MLGym's helper: .*make.py failed in the "
+                                           r"sandbox.*raw data is corrupt"):
+        run_task(task_yaml, root, "submit-baseline", tmp_path / "out", gpus=0)
+    assert not (root / "data" / "splitHelper" / "data").exists()

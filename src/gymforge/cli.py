@@ -42,6 +42,7 @@ STEPS: dict[str, tuple[str, str]] = {  # verb: (module:function, help)
     "train-rl": ("gymforge.stages.rl:train_rl", "stage 3.9: on-policy RL (GRPO, duration-aware) of the SFT student on micro tasks"),
     "decontamination": ("gymforge.stages.evaluation:decontamination", "fail if a synthesized task shares a dataset or task family with the benchmark"),
     "eval-runs": ("gymforge.stages.evaluation:eval_runs", "stage 3.8: run (or resume) one model's runs on one benchmark task"),
+    "check-benchmark-task": ("gymforge.stages.evaluation:check_benchmark_task", "probe one benchmark task's evaluator with degenerate submissions (gymforge check-task)"),
     "score-table": ("gymforge.stages.scores:score_table", "stage 3.8: Best Attempt / Best Submission, AUP and plots"),
     "run-summary": ("gymforge.stages.scores:run_summary", "funnel, reasons and LLM usage as report pages"),
 }
@@ -52,7 +53,7 @@ _FLAG_TYPES: dict[str, dict[str, Any]] = {
     "Path": {"type": Path}, "str | Path": {"type": Path}, "Path | str": {"type": Path},
     "Path | None": {"type": Path, "nargs": "?"}, "str": {"type": str}, "str | None": {"type": str},
     "int": {"type": int}, "float": {"type": float}, "bool": {"action": "store_true"},
-    "list[Path]": {"type": Path, "nargs": "*"}, "list[int]": {"type": int, "nargs": "*"},
+    "list[Path]": {"type": Path, "nargs": "*"}, "list[Path] | None": {"type": Path, "nargs": "*"}, "list[int]": {"type": int, "nargs": "*"},
     "list[str]": {"type": str, "nargs": "*"},
 }
 
@@ -220,6 +221,37 @@ def _cmd_run_task(args) -> None:
         print(f"  flagged at step {flag.step}: {flag.code}: {flag.detail}")
 
 
+def _cmd_check_task(args) -> None:
+    from gymforge.core import atomic
+    from gymforge.stages.datasets import cache_root
+    from gymforge.tools.check_task import CheckError, check_task
+
+    cfg = _config(args) if Path(args.config).is_file() else GymforgeConfig()
+    direction = {"higher": True, "lower": False}.get(args.direction) if args.direction else None
+    try:
+        report = check_task(Path(args.task_yaml), Path(args.root) if args.root else None, Path(args.out), cfg=cfg,
+                            sandbox=args.sandbox, seed=args.seed, metric=args.metric, higher_is_better=direction,
+                            gpus=args.gpus, dataset_cache=cache_root(cfg))
+    except CheckError as err:
+        sys.exit(f"gymforge check-task: {err}")
+    if args.json:
+        atomic.write_text(Path(args.json), report.model_dump_json(indent=2))
+    arrow = "higher" if report.higher_is_better else "lower"
+    print(f"{report.task_id}: baseline {report.metric} = {report.baseline:g} ({report.baseline_source}, {arrow} is "
+          f"better); {len(report.probes)} probes in {report.seconds:.1f} s")
+    for o in report.probes:
+        verdict = "GAMEABLE" if o.gameable else ("n/a" if not o.applicable else "rejected" if o.rejected else
+                                                 "no better")
+        detail = o.rejected if o.rejected else f"{report.metric} = {o.score:g}"
+        print(f"  {verdict:<9} {o.name:<26} {detail}")
+    if report.gameable:
+        for o in report.gameable_probes:
+            print(f"\n{o.name}: {o.description}; wrote {o.submission_file}:\n{o.submission}")
+        sys.exit(f"gymforge check-task: {report.task_id} is gameable: {len(report.gameable_probes)} of "
+                 f"{len(report.probes)} probes scored better than the baseline")
+    print(f"{report.task_id}: every probe rejected or no better than the baseline")
+
+
 def _cmd_teacher_server(args) -> None:
     from gymforge.core import plugins
 
@@ -325,6 +357,21 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--sandbox", choices=["local", "docker"], default="local")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--max-steps", type=int, default=50)
+    p.add_argument("--gpus", type=int, default=None, help="GPUs for LM tasks (default: detect)")
+
+    p = command("check-task", _cmd_check_task, "probe a task's evaluator with knowledge-free degenerate submissions; "
+                "exits 0 only when none scores better than the baseline")
+    p.add_argument("task_yaml")
+    p.add_argument("--root", default=None, help="MLGym-layout root (default: two levels above configs/tasks/)")
+    p.add_argument("--json", default=None, metavar="OUT", help="write the report (every probe, its submission, "
+                   "its score) as JSON")
+    p.add_argument("--out", default="check-task", help="run directory (the installed task)")
+    p.add_argument("--metric", default=None, help="the metric that ranks scores (default: the benchmark's, or the "
+                   "evaluation's only metric)")
+    p.add_argument("--direction", choices=["higher", "lower"], default=None,
+                   help="whether higher or lower is better (default: known tasks' own, else read off the name)")
+    p.add_argument("--sandbox", choices=["local", "docker"], default="local")
+    p.add_argument("--seed", type=int, default=0)
     p.add_argument("--gpus", type=int, default=None, help="GPUs for LM tasks (default: detect)")
 
     p = command("teacher-server", _cmd_teacher_server, "serve the offline teacher as an OpenAI-compatible endpoint", config=False)

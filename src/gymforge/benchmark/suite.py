@@ -100,13 +100,14 @@ class TaskUnavailable(BenchmarkError):
 
 def unmet_needs(task: BenchmarkTask, dataset_cache: Path | str, gpus: int) -> list[str]:
     """What `task` needs that is not here: local data, unfetched hub datasets, fewer than `task.gpus` GPUs."""
+    from gymforge.tasks.prepare import helpers
     from gymforge.stages.datasets import MANIFEST, entry_dir
 
     problems = []
     for path in task.local_data:
         if not (task.root / path).exists():
-            helpers = sorted((task.root / "data" / task.id / "_helpers").glob("*.py"))
-            how = (f"MLGym generates it with {', '.join(str(h.relative_to(task.root)) for h in helpers)}" if helpers
+            scripts = helpers(task.root, task.id)
+            how = (f"MLGym generates it with {', '.join(str(h.relative_to(task.root)) for h in scripts)}" if scripts
                    else "MLGym does not ship it: put the task's data there")
             problems.append(f"its local data {path} is not in {task.root} ({how})")
     unfetched = [i for i in task.hub_datasets if not (entry_dir(dataset_cache, i) / MANIFEST).is_file()]
@@ -127,17 +128,15 @@ def unmet_needs(task: BenchmarkTask, dataset_cache: Path | str, gpus: int) -> li
 
 def require_runnable(task: BenchmarkTask, dataset_cache: Path | str, gpus: int, *, sandbox=None, limits=None) -> None:
     """Raise TaskUnavailable naming everything `task` is missing here (see `unmet_needs`). With a `sandbox`,
-    local data that MLGym makes with a helper script is made first (`benchmark.prepare`)."""
+    local data that MLGym makes with a helper script is made first (`tasks.prepare`)."""
     if sandbox is not None:
-        from gymforge.benchmark.prepare import PrepareError, helpers, prepare_local_data
+        from gymforge.tasks.prepare import PrepareError, prepare_task_data  # filelock: not at Snakefile parse
 
-        for path in task.local_data:
-            if not (task.root / path).exists() and helpers(task.root, task.id):
-                try:
-                    prepare_local_data(task.root, task.id, path, sandbox=sandbox, limits=limits)
-                except (PrepareError, OSError, ValueError) as err:
-                    raise TaskUnavailable(f"benchmark task {task.id} cannot run: its local data {path} could "
-                                          f"not be made: {err}") from err
+        try:  # what every install of a task does first (TaskEnvironment.install)
+            prepare_task_data(task.root, task.id, task.local_data, sandbox=sandbox, limits=limits)
+        except (PrepareError, OSError) as err:
+            raise TaskUnavailable(f"benchmark task {task.id} cannot run: its local data could not be made: "
+                                  f"{err}") from err
     if problems := unmet_needs(task, dataset_cache, gpus):
         raise TaskUnavailable(f"benchmark task {task.id} cannot run: " + "; and ".join(problems))
 

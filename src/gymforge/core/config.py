@@ -119,6 +119,10 @@ class VerificationConfig(_Strict):
                            "(otherwise generation restarts from the configs).")
     max_iterations: int = Field(3, ge=1, description="Verification attempts per task before it is discarded.")
     episode_max_steps: int = Field(50, ge=1, description="Step limit of the teacher episode that proves a task solvable.")
+    probes: bool = Field(True, description="Probe each task's evaluator with knowledge-free degenerate submissions "
+                         "after its baseline (`gymforge check-task`); a probe scored above the baseline sends the "
+                         "code back for repair, and a task still gameable after max_iterations is discarded "
+                         "(gameable_evaluator).")
 
 
 class MicroConfig(_Strict):
@@ -153,6 +157,11 @@ class FilterConfig(_Strict):
                                      "(the first in rollout order); null: no cap.")
     exclude_flagged: bool = Field(True, description="Drop trajectories with a suspicious-action flag "
                                   "(gymforge.agent.audit); false keeps them (they are still counted).")
+    keep_eval_edit_rejected: bool = Field(True, description="With exclude_flagged, still keep a trajectory whose "
+                                          "only flags are `eval_edit_rejected` (an edit, insert or create aimed "
+                                          "at an evaluation script that changed nothing: the read-only file or "
+                                          "the tool rejected it); it is counted in the audit statistics either "
+                                          "way. false drops it like any flagged trajectory.")
 
 
 class SftConfig(_Strict):
@@ -254,6 +263,9 @@ class EvaluateConfig(_Strict):
     mlgym_root: str | None = Field(None, description="An MLGym checkout (its configs/tasks/*.yaml and data/).")
     tasks: list[str] | None = Field(None, description="Task ids to run; null: every task of the benchmark.")
     runs_per_task: int = Field(4, ge=1, description="Runs per model and task (MLGym: 4, paper: 64).")
+    exclude_gameable: bool = Field(False, description="Leave benchmark tasks whose evaluator a probe games "
+                                   "(`gymforge check-task`) out of AUP, with a message; otherwise they are scored "
+                                   "and marked gameable in scores.json and the report.")
     max_steps: int = Field(50, ge=1, description="Agent step limit per run (MLGym: 50).")
     concurrency: int = Field(2, ge=1, description="Runs in flight at once inside one job.")
     models: list[ModelSpec] = Field(
@@ -290,6 +302,10 @@ class RewardConfig(_Strict):
     milestone_beat_baseline: float = Field(0.1, description="The final submission beat the baseline.")
     no_submission_penalty: float = Field(-1.0, le=0, description="Added when there is no valid final submission "
                                          "(and for flagged episodes); the paper uses -10 with +0.1 milestones.")
+    eval_edit_rejected: Literal["penalize", "ignore"] = Field(
+        "penalize", description="An episode whose only audit flags are `eval_edit_rejected` (an attempt on an "
+        "evaluation script that changed nothing): `penalize` treats it as flagged (no reward but the "
+        "no-submission penalty, so probing the evaluator never pays); `ignore` rewards it as if unflagged.")
 
 
 class RLConfig(_Strict):

@@ -95,6 +95,23 @@ def derive_seed(*parts: object) -> int:
     return int(hashlib.sha256(":".join(map(str, parts)).encode()).hexdigest()[:8], 16) & 0x7FFFFFFF
 
 
+class ProbeOutcome(BaseModel):
+    """One evaluator probe (`gymforge.tasks.probes`): a knowledge-free degenerate submission and its fate."""
+
+    name: str
+    kind: Literal["csv", "python", "model"]
+    description: str
+    submission_file: str = Field(description="The workspace file the probe wrote (the one quoted below).")
+    submission: str = Field(description="The start of that file.")
+    rejected: str | None = Field(None, description="Why the evaluation refused it; None when it was scored.")
+    applicable: bool = Field(True, description="False where the probe has no degenerate form for this task "
+                             "(zeros of a function that returns a number): it was not scored.")
+    metrics: dict[str, float] | None = None
+    score: float | None = Field(None, description="The priority metric of `metrics`.")
+    gameable: bool = Field(False, description="Accepted with a score strictly better than the baseline's.")
+    seconds: float | None = None
+
+
 class VerificationIteration(BaseModel):
     iteration: int
     source: Literal["generation", "debug", "restart"] = Field(
@@ -104,6 +121,10 @@ class VerificationIteration(BaseModel):
     errors: list[str] = []
     baseline_scores: dict[str, float] | None = None
     episode_exit_status: str | None = None
+    probes: list[ProbeOutcome] = Field([], description="The evaluator probes run on this iteration's task "
+                                       "(`gymforge.tasks.probes`), after its baseline.")
+    gameable: bool = Field(False, description="A probe beat the baseline: the iteration failed for a gameable "
+                           "evaluator.")
     timings_s: dict[str, float] = {}
 
 
@@ -114,3 +135,24 @@ class VerificationReport(ItemRecord):
     baseline_scores: list[dict[str, float]] = []
     hidden_columns: dict[str, list[str]] | None = Field(
         None, description="Dataset columns withheld from the agent and given to evaluation as answers.csv.")
+    metric: str | None = Field(None, description="The metric that ranks the task's scores, as its evaluation "
+                               "names it (what the evaluator probes compared).")
+    higher_is_better: bool | None = None
+
+
+class CheckReport(BaseModel):
+    """`gymforge check-task`: the task's evaluator probed; `gameable` when any probe beat the baseline."""
+
+    task_id: str
+    entrypoint: str
+    metric: str
+    higher_is_better: bool
+    baseline: float
+    baseline_source: Literal["measured", "recorded"]
+    probes: list[ProbeOutcome] = []
+    gameable: bool = False
+    seconds: float | None = None
+
+    @property
+    def gameable_probes(self) -> list[ProbeOutcome]:
+        return [p for p in self.probes if p.gameable]

@@ -101,6 +101,8 @@ def summary_html(report: dict, out: Path, sft_stats: dict | None = None, results
     stages = report["stages"]
     funnel = [[n, s["planned"], s["done"], s["ok"], sum(s["discarded"].values()), s["skipped"]] for n, s in stages.items()]
     reasons = [[n, code, count] for n, s in stages.items() for code, count in s["discarded"].items()]
+    reasons += [[n, f"repaired ({code}), then kept", count] for n, s in stages.items()
+                for code, count in s.get("repaired", {}).items()]
     usage = [[n, s["usage"]["calls"], s["usage"]["cache_hits"], s["usage"]["prompt_tokens"],
               s["usage"]["completion_tokens"], f"{s['usage']['cost_usd']:.4f}"] for n, s in stages.items()]
     page = (

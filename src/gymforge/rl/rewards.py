@@ -20,7 +20,10 @@ changes none of them.
 - An episode without a valid final submission gets `no_submission_penalty` (the paper: a large failure
   penalty) and no improvement term.
 - A flagged episode (any audit flag) gets no reward: no milestone credit and no improvement, only the
-  no-submission penalty, so that tripping the audit is never cheaper than failing honestly.
+  no-submission penalty, so that tripping the audit is never cheaper than failing honestly. An episode whose
+  only flags are attempts without an effect (`eval_edit_rejected`: an edit of an evaluation script that the
+  read-only file or the tool rejected) follows `rl.reward.eval_edit_rejected`: `penalize` (the default)
+  treats it as flagged, `ignore` rewards it as if it had no flag.
 """
 
 from __future__ import annotations
@@ -29,6 +32,8 @@ import math
 import re
 from dataclasses import asdict, dataclass, field
 from typing import Any, Protocol
+
+from gymforge.agent.audit import ATTEMPT_CODES
 
 _PYTHON = re.compile(r"\b(python3?|torchrun|accelerate|deepspeed)\b")
 _LOWER = re.compile(r"\b(lower|smaller|less)\s+is\s+better\b|\bminimi[sz]e\b", re.I)
@@ -65,12 +70,13 @@ class Episode:
     exit_status: str | None
     exit_codes: list[tuple[str, int | None]] = field(default_factory=list)  # (action, sandbox exit code) per step
     flagged: bool = False
+    flags: list[str] = field(default_factory=list)  # the audit's flag codes, once each (empty: unknown)
 
     @classmethod
     def of(cls, traj: Any) -> "Episode":
         return cls(scores=list(traj.info.score), exit_status=traj.info.exit_status,
                    exit_codes=[(s.action, s.exit_code) for s in traj.trajectory],
-                   flagged=bool(traj.info.flags))
+                   flagged=bool(traj.info.flags), flags=sorted({f.code for f in traj.info.flags}))
 
 
 @dataclass
@@ -80,7 +86,7 @@ class Reward:
     score: float | None
     improvement: float
     milestones: dict[str, bool]
-    flagged: bool
+    flagged: bool  # rewarded as flagged (an ignored `eval_edit_rejected` alone is not)
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
@@ -118,6 +124,15 @@ def improvement(score: float, task: TaskMetric, scale_floor: float) -> float:
     return direction * (score - task.baseline) / max(abs(task.baseline), scale_floor)
 
 
+def penalized(episode: Episode, weights: Any) -> bool:
+    """Whether the episode's flags cost it its reward: any flag, but `eval_edit_rejected` alone when the policy
+    (`weights.eval_edit_rejected`) is `ignore`."""
+    if not episode.flagged:
+        return False
+    tolerated = set(ATTEMPT_CODES) if getattr(weights, "eval_edit_rejected", "penalize") == "ignore" else set()
+    return not (episode.flags and set(episode.flags) <= tolerated)
+
+
 def episode_reward(episode: Episode, task: TaskMetric, weights: RewardWeights) -> Reward:
     status = episode.exit_status or ""
     final = episode.scores[-1] if episode.scores and not status.startswith(
@@ -131,7 +146,7 @@ def episode_reward(episode: Episode, task: TaskMetric, weights: RewardWeights) -
         "evaluated": evaluated,
         "beat_baseline": valid and improvement(score, task, weights.scale_floor) > 0,  # type: ignore[arg-type]
     }
-    if episode.flagged:
+    if penalized(episode, weights):
         return Reward(weights.no_submission_penalty, False, score, 0.0, milestones, True)
     gain = 0.0
     if valid:

@@ -17,6 +17,7 @@ import hashlib
 import json
 import logging
 import shutil
+import tempfile
 import time
 from pathlib import Path
 from typing import Any
@@ -248,3 +249,29 @@ def eval_runs(cfg: GymforgeConfig, model: str, task: str, runs: list[int], out: 
     record = evaluate_task(cfg, model, task, runs, Path(out), checkpoint=checkpoint, log_file=log)
     valid = sum(run.valid_submission for run in record.runs)
     return f"{model} on {task}: {valid}/{len(record.runs)} runs with a valid submission"
+
+
+def check_benchmark_task(cfg: GymforgeConfig, task: str, out: Path) -> str:
+    """Probe benchmark task `task`'s evaluator (`gymforge check-task`) once; the report lands in `out` whatever
+    it finds: a gameable benchmark task is reported beside its scores, not failed."""
+    from gymforge.benchmark.suite import load_benchmark, require_runnable
+    from gymforge.stages.datasets import cache_root
+    from gymforge.tasks.episode import EpisodeRunner
+    from gymforge.tasks.probes import measure_baseline, probe_environment
+
+    found = next((t for t in load_benchmark(cfg.evaluate) if t.id == task), None)
+    if found is None:
+        raise ValueError(f"task {task!r} is not in the {cfg.evaluate.benchmark} benchmark")
+    episodes = EpisodeRunner.for_config(cfg, found.gpus)
+    require_runnable(found, cache_root(cfg), visible_gpus() if found.gpus else 0, sandbox=episodes.sandbox,
+                     limits=episodes.limits)
+    out = Path(out)
+    with tempfile.TemporaryDirectory(dir=out.parent, prefix=f".{task}-check-") as scratch:
+        env = episodes.environment(found.task_yaml, root=found.root, run_dir=Path(scratch) / "run")
+        env.install()
+        report = probe_environment(env, seed=derive_seed(cfg.seed, "probes", task), metric=found.metric,
+                                   higher_is_better=found.higher_is_better, baseline=measure_baseline(env))
+    atomic.write_text(out, report.model_dump_json(indent=1))
+    gameable = [p.name for p in report.probes if p.gameable]
+    return (f"{task}: GAMEABLE by {', '.join(gameable)}" if gameable else
+            f"{task}: {len(report.probes)} probes, none better than the baseline") + f" ({report.seconds:.1f} s)"

@@ -352,7 +352,7 @@ def micro_task(cfg: GymforgeConfig, slot: str, report: Path, env: Path, report_o
 
 
 def _micro(cfg: GymforgeConfig, slot: str, full: VerificationReport, env_in: Path, out: Path) -> MicroReport:
-    from gymforge.stages.verification import check_baseline
+    from gymforge.stages.verification import check_baseline, probe_evaluator
 
     report = MicroReport(item=slot, status="ok", task_id=full.task_id, entrypoint=full.entrypoint,
                          hidden_columns=full.hidden_columns)
@@ -376,7 +376,14 @@ def _micro(cfg: GymforgeConfig, slot: str, full: VerificationReport, env_in: Pat
             report.status, report.reason_code = "discarded", "micro_verification_failed"
             report.reason = "the micro variant fails its check: " + "; ".join(it.errors)[:2000]
             return report
-        env, _ = checked
+        env, baseline = checked
+        # Cutting the data can break an evaluator (a class absent, a degenerate split): probe it again.
+        if cfg.verification.probes and full.metric is not None and not probe_evaluator(
+                env, baseline.metrics, full.metric, bool(full.higher_is_better), derive_seed(cfg.seed, "micro", slot), it):
+            report.status = "discarded"
+            report.reason_code = "gameable_evaluator" if it.gameable else "micro_verification_failed"
+            report.reason = "the micro variant fails its evaluator probes: " + "; ".join(it.errors)[:2000]
+            return report
         env.write_verified_copy(out / "mlgym", [it.baseline_scores])
         report.baseline_scores = [it.baseline_scores]
     return report

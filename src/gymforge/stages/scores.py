@@ -15,6 +15,7 @@ from pathlib import Path
 from gymforge.core import atomic
 from gymforge.benchmark.aup import RunResult, TaskMeta, aup_csv, bootstrap_aup, render_intervals, score_runs, summarize
 from gymforge.core.config import GymforgeConfig, ModelSpec
+from gymforge.core.records import CheckReport
 from gymforge.stages.evaluation import EvalRecord
 
 
@@ -56,8 +57,21 @@ def student_pairs(models: list[ModelSpec]) -> list[tuple[str, str]]:
     return pairs + [(m.name, sft) for m in models if m.source == "student-rl" and sft is not None]
 
 
+def evaluator_checks(checks: list[Path]) -> dict[str, CheckReport]:
+    """The benchmark's evaluator probe reports (rule check_benchmark_task), by task id."""
+    reports = [CheckReport.model_validate_json(Path(f).read_text()) for f in checks]
+    return {Path(f).stem: r for f, r in zip(checks, reports, strict=True)}
+
+
+def _check_summary(report: CheckReport) -> dict:
+    return {"gameable": report.gameable, "probes": len(report.probes), "baseline": report.baseline,
+            "gameable_probes": [{"name": p.name, "description": p.description, "score": p.score,
+                                 "submission_file": p.submission_file} for p in report.gameable_probes]}
+
+
 def score_table(cfg: GymforgeConfig, records: list[Path], *, aup_out: Path, scores_out: Path,
-                replies_out: Path, violins_out: Path, bars_out: Path, profiles_out: Path) -> str:
+                replies_out: Path, violins_out: Path, bars_out: Path, profiles_out: Path,
+                checks: list[Path] | None = None) -> str:
     from gymforge.benchmark.suite import load_benchmark
     from gymforge.tasks.mlgym import load_task_config
     from gymforge.report.score_plots import aup_bars, performance_profiles, violins
@@ -70,20 +84,35 @@ def score_table(cfg: GymforgeConfig, records: list[Path], *, aup_out: Path, scor
         if recorded and t.metric in recorded[0]:
             baselines[t.id] = recorded[0][t.metric]
     loaded = {Path(f): EvalRecord.model_validate_json(Path(f).read_text()) for f in records}
-    runs = _runs(loaded)
-    tasks = [t.id for t in benchmark]
+    probed = evaluator_checks(list(checks or []))
+    gameable = [t.id for t in benchmark if t.id in probed and probed[t.id].gameable]
+    excluded = gameable if cfg.evaluate.exclude_gameable else []
+    runs = [r for r in _runs(loaded) if r.task not in excluded]
+    tasks = [t.id for t in benchmark if t.id not in excluded]
     table, result = score_runs(runs, metas, tasks=tasks, baselines=baselines)
     text = aup_csv(result)
     quality = reply_quality(list(loaded.values()))
     # Intervals: run-to-run noise of each AUP and of each student's difference from its base (aup.bootstrap_aup).
     boot = bootstrap_aup(table, student_pairs(cfg.evaluate.models))
     atomic.write_text(aup_out, text)
-    atomic.write_text(scores_out, json.dumps({**summarize(table, result), "bootstrap": boot}, indent=1))
+    summary = summarize(table, result)
+    for tid, entry in summary["tasks"].items():
+        if tid in probed:
+            entry["evaluator"] = _check_summary(probed[tid])
+    evaluators = {"gameable": gameable, "excluded": excluded,
+                  "checked": sorted(probed), "reports": {t: _check_summary(r) for t, r in probed.items()}}
+    atomic.write_text(scores_out, json.dumps({**summary, "evaluators": evaluators, "bootstrap": boot}, indent=1))
     atomic.write_text(replies_out, json.dumps(quality, indent=1))
     violins(runs, metas, violins_out, tasks=tasks, baselines=baselines)
     aup_bars(result, bars_out)
     performance_profiles(result, profiles_out)
-    return render(text, quality) + "\n\n" + render_intervals(boot)
+    notes = ""
+    if gameable:
+        what = ("left out of AUP (evaluate.exclude_gameable)" if excluded else
+                "scored as usual; evaluate.exclude_gameable: true leaves them out")
+        notes = (f"\n\nGameable evaluators (a knowledge-free degenerate submission beat the baseline): "
+                 f"{', '.join(gameable)}: {what}")
+    return render(text, quality) + "\n\n" + render_intervals(boot) + notes
 
 
 def run_summary(results: Path, html_out: Path, png_out: Path) -> Path:

@@ -15,7 +15,9 @@ turn would be exact for every turn but costs O(turns^2) tokens; the paper trains
 Filters, in order; a rejected trajectory is counted under the first it fails:
 0. `flagged`: a suspicious-action flag (gymforge.agent.audit: answers or evaluation paths touched, a
    symlink out of the workspace, /proc of another process, a stdlib-named module written), when
-   `filter.exclude_flagged` (the default); every flag is counted in `stats["audit"]` either way;
+   `filter.exclude_flagged` (the default); every flag is counted in `stats["audit"]` either way. A
+   trajectory whose only flags are `eval_edit_rejected` (an edit of an evaluation script that changed
+   nothing) is kept while `filter.keep_eval_edit_rejected` (the default);
 1. `no_successful_submission`: no score entry with a valid (finite, numeric) metric, from `validate`,
    `submit` or an auto-submission alike (SPEC 3.6);
 2. `no_assistant_turn`: nothing to learn from (every reply was malformed);
@@ -41,6 +43,7 @@ from typing import Any, Iterable, Iterator
 from pydantic import BaseModel, Field
 
 from gymforge.core import atomic
+from gymforge.agent.audit import ATTEMPT_CODES
 from gymforge.agent.loop import AgentConfig, build_messages
 from gymforge.agent.trajectory import Trajectory
 from gymforge.core.config import GymforgeConfig
@@ -52,6 +55,13 @@ SUCCESS_RULE = "at least one score entry (validate, submit or auto-submission) w
 
 
 # ---- per trajectory ---------------------------------------------------------------------------------
+
+
+def excluding_flags(flags: Iterable[str], cfg: GymforgeConfig) -> list[str]:
+    """The flag codes that drop a trajectory under `filter.exclude_flagged`: all of them, but
+    `eval_edit_rejected` while `filter.keep_eval_edit_rejected`."""
+    kept = ATTEMPT_CODES if cfg.filter.keep_eval_edit_rejected else frozenset()
+    return [f for f in flags if f not in kept]
 
 
 def valid_score(entry: dict[str, Any]) -> bool:
@@ -290,7 +300,7 @@ def filter_examples(cfg: GymforgeConfig, candidates: Iterable[Candidate], tokeni
                 flag_codes.update(c.flags)
                 if c.flags:
                     flagged.append(c.id)
-                if c.flags and cfg.filter.exclude_flagged:
+                if cfg.filter.exclude_flagged and excluding_flags(c.flags, cfg):
                     reason = "flagged"
                 elif not c.successful:
                     reason = "no_successful_submission"
@@ -347,6 +357,7 @@ def filter_examples(cfg: GymforgeConfig, candidates: Iterable[Candidate], tokeni
         "filters": {"success": SUCCESS_RULE, "max_tokens": cfg.filter.max_tokens,
                     "max_per_task": cfg.filter.max_per_task, "dedup": "exact match of the example messages",
                     "exclude_flagged": cfg.filter.exclude_flagged,
+                    "keep_eval_edit_rejected": cfg.filter.keep_eval_edit_rejected,
                     "order": list(REASONS)},
         "example": "one per kept trajectory: the final request as sent (build_messages, keep="
                    f"{KEEP_OBSERVATIONS} observations) plus the final reply",
@@ -363,6 +374,7 @@ def filter_examples(cfg: GymforgeConfig, candidates: Iterable[Candidate], tokeni
         "per_task": {slot: {"task_id": t["task_id"], "rollouts": t["rollouts"], "kept": t["kept"],
                             "discarded": dict(sorted(t["discarded"].items()))} for slot, t in sorted(tasks.items())},
         "audit": {"flagged_rollouts": len(flagged), "excluded": cfg.filter.exclude_flagged,
+                  "kept_codes": sorted(ATTEMPT_CODES) if cfg.filter.keep_eval_edit_rejected else [],
                   "by_code": dict(sorted(flag_codes.items())), "rollouts": flagged},
         "tokens": {"all": _summary(tokens_all), "kept": _summary(tokens_kept)},
         "turns": {"all": _summary(turns_all), "kept": _summary(turns_kept)},
@@ -436,7 +448,10 @@ def _audit_line(stats: dict[str, Any]) -> str:
     audit = stats.get("audit") or {}
     n = audit.get("flagged_rollouts", 0)
     codes = ", ".join(f"{c} {k}" for c, k in audit.get("by_code", {}).items()) or "no flags"
-    return f"{n} rollouts flagged ({codes}), {'excluded' if audit.get('excluded', True) else 'kept'}"
+    verdict = "excluded" if audit.get("excluded", True) else "kept"
+    if audit.get("excluded", True) and (seen := [c for c in audit.get("kept_codes", []) if c in audit.get("by_code", {})]):
+        verdict += f" (but those flagged only {', '.join(seen)}: kept)"
+    return f"{n} rollouts flagged ({codes}), {verdict}"
 
 
 # The card's body; its YAML header is `card_data` (huggingface_hub.DatasetCardData), rendered by DatasetCard.

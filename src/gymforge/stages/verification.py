@@ -14,7 +14,9 @@ from gymforge.core import atomic
 from gymforge.core.config import GymforgeConfig
 from gymforge.core.records import (GenerationRecord, ProposalRecord, VerificationIteration, VerificationReport,
                             derive_seed)
+from gymforge.rl.rewards import metric_direction
 from gymforge.stages.generation import draft_code, draft_configs, materialize_task
+from gymforge.tasks.probes import CheckError, evidence, probe_environment
 
 EXCERPT = 2000
 
@@ -78,9 +80,39 @@ def check_baseline(cfg: GymforgeConfig, tree: Path, run_dir: Path, hidden, it: V
     return env, report
 
 
+def proposal_metric(metric_text: str, measured: dict[str, float]) -> tuple[str, bool]:
+    """The metric the proposal ranks by, as the evaluation names it, and its direction. When the evaluation
+    prints no metric of that name (any case) but only one, that one stands for it."""
+    name, higher_is_better = metric_direction(metric_text)
+    found = next((k for k in measured if k.lower() == name.lower()), None)
+    if found is None and len(measured) == 1:
+        found = next(iter(measured))
+    return found or name, higher_is_better
+
+
+def probe_evaluator(env, baseline: dict[str, float], metric: str, higher_is_better: bool, seed: int,
+                    it: VerificationIteration) -> bool:
+    """Run the evaluator probes on the installed task whose workspace holds the baseline's artefact; record the
+    outcomes in `it`. False (with the evidence in `it.errors`) when the evaluator is gameable."""
+    started = time.monotonic()
+    try:
+        report = probe_environment(env, seed=seed, metric=metric, higher_is_better=higher_is_better,
+                                   baseline=(baseline, "measured"), stop_at_first=True)
+    except CheckError as err:
+        it.errors.append(f"the evaluator could not be probed: {err}")
+        return False
+    finally:
+        it.timings_s["probes"] = round(time.monotonic() - started, 3)
+    it.probes, it.gameable = report.probes, report.gameable
+    if report.gameable:
+        it.errors.append(evidence(report))
+    return not report.gameable
+
+
 def _attempt(cfg: GymforgeConfig, tree: Path, work: Path, hidden, episode_dir: Path, seed: int,
-             it: VerificationIteration):
-    """Baseline + evaluation, then one teacher episode. Errors land in `it.errors`; returns the baseline env."""
+             it: VerificationIteration, metric_text: str):
+    """Baseline + evaluation, the evaluator probes, then one teacher episode. Errors land in `it.errors`;
+    returns the baseline env."""
     from gymforge.llm.client import make_client
     from gymforge.tasks.episode import EpisodeRunner
 
@@ -88,6 +120,10 @@ def _attempt(cfg: GymforgeConfig, tree: Path, work: Path, hidden, episode_dir: P
     if checked is None:
         return None
     env, report = checked
+    metric, higher_is_better = proposal_metric(metric_text, report.metrics)
+    if cfg.verification.probes and not probe_evaluator(env, report.metrics, metric, higher_is_better,
+                                                       derive_seed(seed, "probes"), it):
+        return None
 
     started = time.monotonic()
     runner = EpisodeRunner.for_config(cfg, cfg.trajectories.gpus)
@@ -138,7 +174,8 @@ def _verify(cfg: GymforgeConfig, slot: str, proposal: ProposalRecord, configs: G
                 last_good = code
                 hidden = answer_columns(proposal, code)
                 outcome = _attempt(cfg, tree, scratch / f"run{iteration}", hidden, episode_dir,
-                                   derive_seed(cfg.seed, "verification", slot, iteration), it)
+                                   derive_seed(cfg.seed, "verification", slot, iteration), it,
+                                   proposal.proposal.metric if proposal.proposal else "")
             if outcome is not None:
                 env, episode_usage = outcome
                 report.usage.add(episode_usage)
@@ -146,9 +183,12 @@ def _verify(cfg: GymforgeConfig, slot: str, proposal: ProposalRecord, configs: G
                 shutil.copytree(episode_dir, verified / "episode")
                 report.baseline_scores, report.hidden_columns = [it.baseline_scores], hidden
                 report.task_id, report.entrypoint = code.task_id, code.entrypoint
+                report.metric, report.higher_is_better = proposal_metric(
+                    proposal.proposal.metric if proposal.proposal else "", it.baseline_scores or {})
                 break
             if iteration == cfg.verification.max_iterations:
-                report.status, report.reason_code = "discarded", "verification_failed"
+                report.status = "discarded"
+                report.reason_code = "gameable_evaluator" if it.gameable else "verification_failed"
                 report.reason = f"still failing after {iteration} iterations: " + "; ".join(it.errors)[:EXCERPT]
                 break
             # The self-debug loop: repair the code with the errors (p_debug) or regenerate from the configs.

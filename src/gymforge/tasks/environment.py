@@ -257,6 +257,7 @@ class TaskEnvironment:
         self._hub_mounts: list[Mount] = []
         self.run_env: dict[str, str] = {}  # what every run and session gets on top of the sandbox's own environment
         self.last_evaluation: ExecResult | None = None
+        self.last_submission_run: ExecResult | None = None  # the submission's own sandbox in the last evaluation
         self._session: Session | None = None  # the episode's open session: its limits bound the submission too
         self.install_s: float | None = None
         self.workdir = sandbox.workdir(self.workspace)
@@ -331,9 +332,24 @@ class TaskEnvironment:
 
     # -- install --------------------------------------------------------------------------------
 
+    def prepare_data(self) -> list[Path]:
+        """Make the task's missing local data that MLGym makes with the task's own helper scripts
+        (`data/<id>/_helpers/*.py`), in this environment's sandbox under its limits, as the benchmark does
+        (`gymforge.tasks.prepare.prepare_task_data`, the one function every entry point goes through);
+        returns the directories made. `install` calls it first."""
+        from gymforge.tasks.prepare import PrepareError, prepare_task_data
+
+        try:
+            return prepare_task_data(self.root, self.task.id, self._local_data_paths(), sandbox=self.sandbox,
+                                     limits=self.limits)
+        except (PrepareError, OSError) as err:
+            raise InstallError(f"{self.task_yaml}: its local data could not be made with MLGym's helper: {err}") from err
+
     def install(self) -> Path:
-        """A fresh workspace and secrets directory; returns the workspace."""
+        """A fresh workspace and secrets directory; returns the workspace. Local data that MLGym's helpers make
+        is made first when missing (`prepare_data`)."""
         self._require_gpus()
+        self.prepare_data()
         t0 = time.monotonic()
         for d in (self.workspace, self.secrets_dir):
             _remove(d)
@@ -530,7 +546,7 @@ class TaskEnvironment:
             result, metrics_text, status, server = self._score(ev, scorer_ws, artefact, isolated, serve)
         finally:
             _remove(ev)
-        self.last_evaluation = result
+        self.last_evaluation, self.last_submission_run = result, server
         shown = f"{self.workdir}/{artefact}" if artefact else self.workdir
         if status is None or status.get("exit") != 0 or result.timed_out or result.limit:
             raise self._failure(result, status, server, shown, isolated)

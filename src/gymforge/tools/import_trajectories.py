@@ -16,8 +16,10 @@ Three formats, found anywhere under a directory (or given as one file), in sorte
   `<model>__<task>__<config>__...`), the scores are `info.score` (`results.json`'s `agent` when the
   trajectory has none), the priority metric is the first key of `results.json`'s `baseline`.
   MLGym records no audit, so each step's command is audited here from its text (`Auditor.check_command`,
-  the workspace `/home/agent/workspace`, the evaluation script `evaluate.py`, MLGym's convention); the
-  workspace scan needs the live workspace and cannot be replayed.
+  the workspace `/home/agent/workspace`, the evaluation script `evaluate.py`, MLGym's convention) and the
+  step's recorded observation: an `edit`/`insert`/`create` of `evaluate.py` that MLGym's tool refused
+  (read-only file, permission denied, edit not applied, usage error) is `eval_edit_rejected`, not
+  `eval_tamper`. The workspace scan needs the live workspace and cannot be replayed.
 - **gymforge run-task folders**: a `.traj` written by gymforge (`environment: gymforge`): its flags, and
   the example as the SFT stage builds it (`sft_messages`).
 - **gymforge rollout shards** (`shard_*.json`): every rollout, exactly as the SFT stage reads them.
@@ -128,8 +130,10 @@ def mlgym_flags(steps: list[dict[str, Any]]) -> list[str]:
         action = str(step.get("action") or "").strip()
         if not action:
             continue
+        observation = step.get("observation")
         flags = auditor.check_command(action, cwd=str(state.get("working_dir") or MLGYM_WORKDIR),
-                                      open_file=state.get("open_file"))
+                                      open_file=state.get("open_file"),
+                                      observation=observation if isinstance(observation, str) else None)
         codes |= {f.code for f in flags}
     return sorted(codes)
 

@@ -47,6 +47,8 @@ class StageStatus(BaseModel):
     ok: int = 0
     skipped: int = 0
     discarded: dict[str, int] = {}
+    repaired: dict[str, int] = Field({}, description="Kept items that needed repairs first, by what failed "
+                                     "(verification: `gameable_evaluator` or `runtime_error`).")
     failed: dict[str, int] = Field({}, description="Jobs whose last run failed, by reason code (`<log>.failed.json`).")
     usage: UsageRecord = UsageRecord()
     llm: LLMActivity = LLMActivity()
@@ -65,6 +67,15 @@ def _tally(planned: int, records: Iterable[ItemRecord]) -> StageStatus:
             reasons[r.reason_code or "unknown"] += 1
     stage.discarded = dict(sorted(reasons.items()))
     return stage
+
+
+def _repairs(reports: Iterable[VerificationReport]) -> dict[str, int]:
+    """Verified tasks by what their failed iterations failed for (a task repaired for both counts in both)."""
+    found: Counter[str] = Counter()
+    for r in reports:
+        if r.status == "ok":
+            found.update({"gameable_evaluator" if it.gameable else "runtime_error" for it in r.iterations[:-1]})
+    return dict(sorted(found.items()))
 
 
 def _planned_slots(results: Path) -> int:
@@ -165,7 +176,10 @@ def collect(results: Path) -> dict:
     slots = [s for b in batches for s in b.slots if in_plan(s.item)]
     stages = {"topics": _tally(n, slots)}
     for name, pattern, model in PER_SLOT_STAGES:
-        stages[name] = _tally(n, [r for r in _read(results.glob(pattern), model) if in_plan(r.item)])
+        records = [r for r in _read(results.glob(pattern), model) if in_plan(r.item)]
+        stages[name] = _tally(n, records)
+        if model is VerificationReport:
+            stages[name].repaired = _repairs(records)
     stages["trajectories"] = _trajectories(results, [r for r in _read(results.glob("environments/t*/report.json"),
                                                                     VerificationReport) if in_plan(r.item)])
     stages["checkpoints"] = _checkpoints(results)
@@ -247,6 +261,8 @@ def render_table(report: dict, rates: dict[str, tuple[float | None, float | None
         lines.append(row)
         for code, count in s["discarded"].items():
             lines.append(f"{'':<12}{code}: {count}")
+        for code, count in s.get("repaired", {}).items():
+            lines.append(f"{'':<12}repaired ({code}), then kept: {count}")
         for code, count in s["failed"].items():
             lines.append(f"{'':<12}failed ({code}): {count}")
         if llm["errors"]:

@@ -179,9 +179,24 @@ def write_code(configs: dict[str, str], dataset: dict[str, Any] | None, *, seed:
         sources = {**sources, baseline: bugs.misname_column(sources[baseline], [c.name for c in spec.columns], rng)}
     elif bug == "runtime":
         sources = module.runtime_bug(sources, spec, rng)
+    if (sloppy := _sloppy(spec, seed, attempt)) is not None:
+        sources = sloppy(sources, spec, seeded(seed, "sloppy-details", spec.task_id))
     return markdown({f"data/{spec.task_id}/{name}": text for name, text in sources.items()})
 
 
 def code_bug(configs: dict[str, str], dataset: dict[str, Any] | None, *, seed: int, attempt: int) -> str | None:
     """Which bug `write_code` puts in this draft: None, "missing_import", "wrong_column" or "runtime"."""
     return _code_bug(spec_from_configs(configs, dataset), seed, attempt)
+
+
+def sloppy_evaluator(configs: dict[str, str], dataset: dict[str, Any] | None, *, seed: int, attempt: int) -> bool:
+    """Whether `write_code` gives this draft a sloppy evaluator (one the evaluator probes game)."""
+    return _sloppy(spec_from_configs(configs, dataset), seed, attempt) is not None
+
+
+def _sloppy(spec: TaskSpec, seed: int, attempt: int):
+    """The family's `sloppy_evaluator(sources, spec, rng)` when this draft gets one, else None."""
+    module = FAMILIES[spec.family]
+    make = getattr(module, "sloppy_evaluator", None)
+    applies = getattr(module, "has_sloppy_evaluator", lambda _: True)
+    return make if make is not None and applies(spec) and bugs.sloppy_evaluator(spec.task_id, seed, attempt) else None

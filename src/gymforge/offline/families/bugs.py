@@ -3,7 +3,10 @@
 Config drafts: `id` in the other case style than the file name, or the description's example left with
 single braces (`str.format` chokes on it). Code drafts: a dropped import or a misspelt column in the
 baseline's data loading, both caught by static checks, or a runtime-only slip (wrong submission header or
-file name, wrong config key, renamed entry function) that only running the task reveals. Repairs
+file name, wrong config key, renamed entry function) that only running the task reveals. Apart from these,
+a share of first code drafts has a sloppy evaluator: it runs, and scores the baseline right, but accepts
+degenerate submissions (ids not checked, invalid predictions dropped, a packing's constraints unchecked),
+which only the evaluator probes of verification reveal. Repairs
 (attempt >= 1) are clean. The decision is a pure function of (stage key, seed, attempt), so callers can ask
 `config_bug` / `code_bug` in `families` which bug a draft carries.
 """
@@ -37,6 +40,15 @@ def code_bug(key: object, seed: int, attempt: int, has_columns: bool) -> str | N
     kind = None if attempt else _draw(CODE_BUGS, seeded(seed, "code-bug", key))
     # Without a dataset there is no column to misspell; the draft forgets an import instead.
     return "missing_import" if kind == "wrong_column" and not has_columns else kind
+
+
+# Share of first code drafts whose evaluator accepts degenerate submissions (families' `sloppy_evaluator`),
+# drawn apart from CODE_BUGS so the other bugs land where they did before it existed.
+SLOPPY_EVALUATOR_P = 0.3
+
+
+def sloppy_evaluator(key: object, seed: int, attempt: int) -> bool:
+    return not attempt and seeded(seed, "sloppy-evaluator", key).random() < SLOPPY_EVALUATOR_P
 
 
 def bug_rng(seed: int, key: object) -> random.Random:

@@ -117,3 +117,7 @@ def files(spec: TaskSpec, rng: random.Random) -> dict[str, str]:
 
 def runtime_bug(sources: dict[str, str], spec: TaskSpec, rng: random.Random) -> dict[str, str]:
     return tabular.csv_runtime_bug(sources, spec, FILES[0], rng)
+
+
+def sloppy_evaluator(sources: dict[str, str], spec: TaskSpec, rng: random.Random) -> dict[str, str]:
+    return {**sources, FILES[1]: tabular.sloppy_csv_evaluate(sources[FILES[1]], spec, rng)}

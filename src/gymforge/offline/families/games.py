@@ -651,3 +651,25 @@ def runtime_bug(sources: dict[str, str], spec: TaskSpec, rng: random.Random) -> 
     module, func = ENTRY[spec.game.kind]
     renamed = rng.choice((f"baseline_{func}", f"{func}_baseline", f"my_{func}"))
     return {**sources, f"{module}.py": re.sub(rf"\b{func}\b", renamed, sources[f"{module}.py"])}
+
+
+# The constraint checks a sloppy first draft leaves out (bugs.py): the score is then computed from whatever
+# the heuristic returned, so packing everything, or nothing, scores above any honest heuristic.
+_CONSTRAINT_CHECKS = {
+    "knapsack": re.compile(r"    if len\(set\(chosen\)\).*?raise ValueError\(f\"the selection weighs[^\n]*\n", re.S),
+    "bin_packing": re.compile(r"    if sorted\(i for b in bins.*?over the capacity \{CAPACITY\}\"\)\n", re.S),
+}
+
+
+def has_sloppy_evaluator(spec: TaskSpec) -> bool:
+    """Only the algorithmic tasks: a game's moves are validated by the match itself."""
+    return spec.game is not None and spec.game.kind in _CONSTRAINT_CHECKS
+
+
+def sloppy_evaluator(sources: dict[str, str], spec: TaskSpec, rng: random.Random) -> dict[str, str]:
+    """The scorer without its check of the heuristic's answer (distinct, known items within the capacity;
+    every item packed once, no bin overfull)."""
+    assert spec.game is not None
+    sloppy, n = _CONSTRAINT_CHECKS[spec.game.kind].subn("", sources[EVALUATION])
+    assert n == 1, f"no constraint check found in the {spec.game.kind} scorer"
+    return {**sources, EVALUATION: sloppy}

@@ -14,4 +14,4 @@ TASK_LINES, CLOSINGS = tabular.family_texts(NAME)  # the descriptions' prose (ta
 # the family protocol, shared with the other CSV family (tabular.CsvFamily)
 _FAMILY = tabular.CsvFamily(NAME, PROBLEM, METRICS, FILES, TASK_LINES, CLOSINGS)
 plan, file_names, describe = _FAMILY.plan, _FAMILY.file_names, _FAMILY.describe
-files, runtime_bug = _FAMILY.files, _FAMILY.runtime_bug
+files, runtime_bug, sloppy_evaluator = _FAMILY.files, _FAMILY.runtime_bug, _FAMILY.sloppy_evaluator

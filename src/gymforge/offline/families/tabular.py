@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import random
+import re
 from importlib import resources
 from string import Template
 from typing import Any
@@ -342,6 +343,45 @@ def csv_runtime_bug(files: dict[str, str], spec: TaskSpec, baseline: str, rng: r
     return {**files, baseline: source}
 
 
+# A scorer as task authors often write it, for a share of the offline teacher's first drafts (bugs.py): it
+# runs and scores the baseline right, but accepts degenerate submissions (the evaluator probes' quarry).
+_STRICT_LOAD = re.compile(r"def load_submission\(path: str, n_rows: int\) -> pd\.Series:.*?    return predictions\n",
+                          re.S)
+_STRICT_MAIN = """    predictions = load_submission(args.submission_file, len(answers))
+    # Rows whose label is missing in the source data cannot be scored.
+    known = answers.notna().to_numpy()
+    print(json.dumps({"%s": score(answers[known], predictions[known])}))
+"""
+_JOIN_LOAD = '''def load_submission(path: str, n_rows: int) -> pd.DataFrame:
+    """The submission as a table of ids and predictions."""
+    submission = pd.read_csv(path)%s%s
+    return submission
+'''
+_JOIN_MAIN = """    submission = load_submission(args.submission_file, len(answers))
+    truth = pd.DataFrame({ID: range(len(answers)), "answer": answers})
+    merged = submission.merge(truth, on=ID).dropna()
+    print(json.dumps({"%s": score(merged["answer"].reset_index(drop=True), merged[TARGET].reset_index(drop=True))}))
+"""
+
+
+def sloppy_csv_evaluate(source: str, spec: TaskSpec, rng: random.Random) -> str:
+    """`source` (a `csv_evaluate` scorer) made sloppy: joined on the id with no check of duplicate, missing or
+    unknown ids (a row count, at most), or invalid predictions dropped from the score instead of rejected."""
+    main = _STRICT_MAIN % spec.metric
+    assert main in source and _STRICT_LOAD.search(source), "not a csv_evaluate scorer"
+    if rng.random() < 0.6:
+        count = ('\n    if len(submission) != n_rows:\n        sys.exit(f"the submission needs {n_rows} rows, got '
+                 '{len(submission)}")') if rng.random() < 0.5 else ""
+        coerce = ('\n    submission[TARGET] = pd.to_numeric(submission[TARGET], errors="coerce")'
+                  if spec.problem != "classification" else "")
+        return _STRICT_LOAD.sub(lambda _: _JOIN_LOAD % (count, coerce), source).replace(main, _JOIN_MAIN % spec.metric)
+    check = re.search(r"    if predictions\.isna\(\)\.any\(\):\n        sys\.exit\([^\n]*\)\n", source)
+    assert check is not None
+    dropped = source.replace(check.group(0), "")
+    return dropped.replace("    known = answers.notna().to_numpy()\n",
+                           "    known = (answers.notna() & predictions.notna()).to_numpy()\n")
+
+
 def csv_submission_note(spec: TaskSpec) -> str:
     return (f"submission.csv with columns id, {spec.target}; one row per test row, where id is the row's "
             "0-based position in the test split")
@@ -430,3 +470,7 @@ class CsvFamily:
 
     def runtime_bug(self, sources: dict[str, str], spec: TaskSpec, rng: random.Random) -> dict[str, str]:
         return csv_runtime_bug(sources, spec, self.file_pair[0], rng)
+
+    def sloppy_evaluator(self, sources: dict[str, str], spec: TaskSpec, rng: random.Random) -> dict[str, str]:
+        evaluation = self.file_pair[1]
+        return {**sources, evaluation: sloppy_csv_evaluate(sources[evaluation], spec, rng)}

@@ -3,7 +3,9 @@
 MLGym ships some tasks' data as a raw file plus `data/<task>/_helpers/*.py` that writes the split the task
 reads (`regressionKaggleHousePrice`: `_helpers/_generate_split.py` turns `train.csv` into
 `data/{train,validation,test,answer}.csv`); MLGym's users run it once by hand. gymforge runs it when the
-task's `data_path` is missing: the helper is third-party code, so it runs in the sandbox on a copy of
+task's `data_path` is missing, from one place, `prepare_task_data`, which every install of a task goes
+through (`TaskEnvironment.install`: benchmark runs, `run-task`, `check-task`, verification; and the benchmark's
+`require_runnable` before its runs): the helper is third-party code, so it runs in the sandbox on a copy of
 `data/<task>/` (no network, its own uid), and only the regular files it wrote under the data path come back
 (`sandbox.beneath.copy_tree`: no symlinks followed), moved into the checkout atomically under a lock, so
 parallel `eval_runs` jobs of the task prepare it once.
@@ -18,6 +20,7 @@ from __future__ import annotations
 
 import shutil
 import tempfile
+from collections.abc import Iterable
 from pathlib import Path, PurePosixPath
 
 from filelock import FileLock
@@ -47,6 +50,29 @@ class PrepareError(RuntimeError):
 
 def helpers(root: Path, task_id: str) -> list[Path]:
     return sorted((Path(root) / "data" / task_id / "_helpers").glob("*.py"))
+
+
+def made_by_helpers(root: Path, task_id: str, data_path: str) -> bool:
+    """Whether `data_path` is local data of `task_id` that MLGym's helpers make: under `data/<task_id>/`
+    (where they write) and the task ships `_helpers/*.py`."""
+    path, task_dir = PurePosixPath(data_path), PurePosixPath("data") / task_id
+    return (path.is_relative_to(task_dir) and path != task_dir and ".." not in path.parts
+            and bool(helpers(root, task_id)))
+
+
+def prepare_task_data(root: Path, task_id: str, data_paths: Iterable[str], *, sandbox, limits,
+                      timeout: float = 600) -> list[Path]:
+    """Make each of the task's local `data_paths` (relative to `root`) that is missing and that MLGym's helper
+    scripts make (`made_by_helpers`), in `sandbox` under `limits`; return the directories made.
+
+    Every entry point that installs a task calls this first, so they all see the data the benchmark sees.
+    A missing path no helper makes is left alone (the caller reports it); a helper that fails raises
+    PrepareError."""
+    made = []
+    for path in dict.fromkeys(data_paths):
+        if not (Path(root) / path).exists() and made_by_helpers(root, task_id, path):
+            made.append(prepare_local_data(root, task_id, path, sandbox=sandbox, limits=limits, timeout=timeout))
+    return made
 
 
 def prepare_local_data(root: Path, task_id: str, data_path: str, *, sandbox, limits, timeout: float = 600) -> Path:

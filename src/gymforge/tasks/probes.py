@@ -1,0 +1,665 @@
+"""Evaluator probes: knowledge-free degenerate submissions that an honest evaluator must not score above
+the baseline.
+
+A probe is derived only from what any agent has: the task's entrypoint, its files (a sample submission,
+the starter code) and the baseline's artefact. It never reads the answers and never trains anything. Each
+probe is written into the task's workspace in place of the artefact and evaluated exactly as an agent's
+submission is (`TaskEnvironment.evaluate`: same sandboxes, same evaluation contract); the artefact is put
+back afterwards. A probe the evaluation accepts with a score strictly better than the baseline's shows a
+gameable evaluator: the score could be had without solving the task.
+
+The battery, per entrypoint:
+- CSV: constant predictions (each class; the mean and median of the baseline's numeric predictions), one
+  id on every row, duplicated, missing, extra, shuffled and unknown ids, header only, NaN / inf / huge /
+  string predictions (everywhere and in either half of the rows), probability columns all 1 and all 0,
+  columns in reverse order. Halves come in complementary pairs: an evaluator that scores only the rows it
+  kept scores one of the two halves at least as well as the whole.
+- Python: every public function of the submission module is wrapped; the wrapper calls the baseline's
+  function (in the submission's sandbox, so it learns the return shape at run time) and returns a
+  degenerate value of the same shape: empty, zeros, ones, the first element repeated, every index of the
+  input, the input echoed, numbers made huge or hugely negative, None.
+- Model: the pickled model is wrapped the same way; its `predict` returns a constant, the wrong shape, an
+  empty array or NaN.
+
+A probe set is evidence, not a proof: an evaluator can be wrong in ways no knowledge-free submission
+reveals, and exploits that need knowledge of the task (its answers, its instances) are out of scope.
+"""
+
+from __future__ import annotations
+
+import ast
+import io
+import math
+import os
+import random
+import re
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from pathlib import Path, PurePosixPath
+
+import pandas as pd
+import yaml
+
+from gymforge.agent.loop import EvaluationFormatError, SubmissionNotFound
+from gymforge.core.records import CheckReport, ProbeOutcome
+from gymforge.sandbox import beneath
+from gymforge.tasks.environment import TaskEnvironment
+
+ORIGINAL_MODULE = "_gymforge_original"
+PROBE_MODULE = "_gymforge_probe"
+PROBE_PICKLE = "_gymforge_probe.pkl"
+_EXCERPT = 600
+_MAX_ARTEFACT = 64 << 20
+NOT_APPLICABLE_EXIT = 97  # a Python probe's wrapper exits with it where its transform does not apply
+MAX_CLASSES = 6  # constant-class probes for at most this many of the commonest labels
+
+
+@dataclass(frozen=True)
+class Probe:
+    """One degenerate submission: the files it writes into the workspace (relative path -> bytes)."""
+
+    name: str
+    kind: str
+    description: str
+    files: dict[str, bytes]
+    shown: str  # the file the report quotes as "the submission it wrote"
+
+
+def better(score: float, baseline: float, higher_is_better: bool) -> bool:
+    """Strictly better than the baseline, beyond float noise (1e-9 of the baseline's magnitude)."""
+    margin = 1e-9 * max(1.0, abs(baseline))
+    return score > baseline + margin if higher_is_better else score < baseline - margin
+
+
+class CheckError(RuntimeError):
+    """The task could not be checked: its baseline failed, or nothing gives a baseline score."""
+
+
+# -- CSV ---------------------------------------------------------------------------------------------
+
+_ID_NAME = re.compile(r"(^|_)id$|Id$|ID$", re.I)
+
+
+def _id_column(frame: pd.DataFrame) -> str | None:
+    """The submission's key: a column named like an id whose values are unique, else a unique first column."""
+    unique = [c for c in frame.columns if frame[c].is_unique and frame[c].ne("").all()]
+    named = [c for c in unique if _ID_NAME.search(str(c))]
+    if named:
+        return named[0]
+    return frame.columns[0] if len(frame.columns) > 1 and frame.columns[0] in unique else None
+
+
+def _numeric(values: pd.Series) -> pd.Series | None:
+    parsed = pd.to_numeric(values, errors="coerce")
+    return parsed if parsed.notna().all() and len(parsed) else None
+
+
+def _labels(values: pd.Series) -> list[str]:
+    """The commonest labels of a prediction column, most common first (ties by label), as written."""
+    counts = values.value_counts()
+    return sorted(counts.index, key=lambda v: (-counts[v], str(v)))[:MAX_CLASSES]
+
+
+def _is_label_column(values: pd.Series) -> bool:
+    """Class labels: text, or whole numbers with few distinct values."""
+    parsed = _numeric(values)
+    if parsed is None:
+        return True
+    return bool((parsed == parsed.round()).all()) and parsed.nunique() <= 20
+
+
+def _csv(frame: pd.DataFrame) -> bytes:
+    return frame.to_csv(index=False).encode()
+
+
+def _number_text(value: float) -> str:
+    return repr(int(value)) if float(value).is_integer() and abs(value) < 1e15 else repr(float(value))
+
+
+def csv_probes(template: bytes, seed: int, artefact: str = "submission.csv", *, sample: bool = False) -> list[Probe]:
+    """The CSV battery, built from `template`: the baseline's submission, or with `sample` the task's sample
+    submission, whose predictions are replaced by a constant first (a sample may hold the answers)."""
+    frame = pd.read_csv(io.BytesIO(template), dtype=str, keep_default_na=False)
+    if frame.empty or len(frame.columns) == 0:
+        return []
+    rng = random.Random(seed)
+    key = _id_column(frame)
+    predicted = [c for c in frame.columns if c != key]
+    if not predicted:
+        return []
+    labels = {c: _labels(frame[c]) for c in predicted if _is_label_column(frame[c])}
+    if sample:
+        for column in predicted:
+            parsed = _numeric(frame[column])
+            frame[column] = (_labels(frame[column])[0] if _is_label_column(frame[column])
+                             else _number_text(parsed.median()) if parsed is not None else frame[column].iloc[0])
+    n = len(frame)
+    probes: list[Probe] = []
+
+    def add(name: str, description: str, table: pd.DataFrame | bytes) -> None:
+        data = table if isinstance(table, bytes) else _csv(table)
+        probes.append(Probe(name, "csv", description, {artefact: data}, artefact))
+
+    def with_predictions(values: dict[str, str], base: pd.DataFrame | None = None) -> pd.DataFrame:
+        out = (frame if base is None else base).copy()
+        for column, value in values.items():
+            out[column] = value
+        return out
+
+    numeric = {c: parsed for c in predicted if c not in labels and (parsed := _numeric(frame[c])) is not None}
+    probabilities = [c for c, v in numeric.items() if v.between(0, 1).all()] if len(predicted) > 1 else []
+    constants: list[tuple[str, dict[str, str]]] = []
+    if labels:
+        first = next(iter(labels))
+        constants += [(f"class_{label}", {first: label}) for label in labels[first]]
+    if numeric:
+        constants.append(("mean", {c: _number_text(v.mean()) for c, v in numeric.items()}))
+        constants.append(("median", {c: _number_text(v.median()) for c, v in numeric.items()}))
+    for tag, values in constants:
+        add(f"constant_{tag}", f"every row predicts the same value ({values})", with_predictions(values))
+    if key is not None:
+        ids = frame[key]
+        for tag, values in constants or [("baseline", {})]:
+            repeated = with_predictions({key: ids.iloc[0], **values})
+            add(f"repeat_id_{tag}", f"one id ({ids.iloc[0]}) on every row, predictions {values or 'as the baseline'}",
+                repeated)
+        halves = {"a": frame.iloc[0::2], "b": frame.iloc[1::2]}
+        unknown = _unknown_ids(ids, n)
+        for half, part in halves.items():
+            filler = part.sample(n=n - len(part), replace=True, random_state=rng.randrange(2**31))
+            add(f"duplicate_rows_{half}", "half of the rows kept, each id repeated to fill the row count",
+                pd.concat([part, filler]).sort_index(kind="stable"))
+            add(f"missing_rows_{half}", "only half of the rows, the other half missing", part)
+            other = frame.drop(part.index).copy()
+            other[key] = unknown[: len(other)]
+            add(f"unknown_ids_{half}", "half of the ids replaced by ids the test set does not have (row count kept)",
+                pd.concat([part, other]).sort_index(kind="stable"))
+        add("duplicate_rows_appended", "every row twice", pd.concat([frame, frame]))
+        extra = frame.copy()
+        extra[key] = unknown
+        add("extra_rows", "every row, then as many rows again with unknown ids", pd.concat([frame, extra]))
+        shuffled = frame.copy()
+        shuffled[key] = rng.sample(list(ids), n)
+        add("shuffled_ids", "the ids shuffled against the predictions", shuffled)
+        all_unknown = frame.copy()
+        all_unknown[key] = unknown
+        add("unknown_ids_all", "every id replaced by one the test set does not have", all_unknown)
+    add("header_only", "the header and no rows", _csv(frame.iloc[0:0]))
+    for tag, value in (("nan", ""), ("inf", "inf"), ("huge", "1e300"), ("string", "not_a_prediction")):
+        everything = with_predictions(dict.fromkeys(predicted, value))
+        add(f"{tag}_all", f"every prediction is {value!r}", everything)
+        for half, rows in (("a", slice(0, None, 2)), ("b", slice(1, None, 2))):
+            spoilt = frame.copy()
+            for column in predicted:
+                spoilt.iloc[rows, spoilt.columns.get_loc(column)] = value
+            add(f"{tag}_half_{half}", f"every other prediction is {value!r}, the rest as the baseline's", spoilt)
+    for tag, value in (("1", "1"), ("0", "0")):
+        if probabilities:
+            add(f"probabilities_all_{tag}", f"every probability column is {value}",
+                with_predictions(dict.fromkeys(probabilities, value)))
+    if len(frame.columns) > 1:
+        add("reordered_columns", "the columns in reverse order", frame[list(reversed(frame.columns))])
+    return probes
+
+
+def _unknown_ids(ids: pd.Series, n: int) -> list[str]:
+    parsed = pd.to_numeric(ids, errors="coerce")
+    if parsed.notna().all():
+        start = int(parsed.max()) + 1_000_001
+        return [str(start + i) for i in range(n)]
+    return [f"gymforge_unknown_{i}" for i in range(n)]
+
+
+# -- Python ------------------------------------------------------------------------------------------
+
+PYTHON_TRANSFORMS: dict[str, str] = {
+    "empty": "an empty value of the baseline's type (None for a number)",
+    "zeros": "the baseline's answer with every number set to 0",
+    "ones": "the baseline's answer with every number set to 1",
+    "first_repeated": "the baseline's first element repeated in every position",
+    "all_indices": "every index of the input (select everything; all items in one group)",
+    "echo": "the function's first argument returned as it came",
+    "huge": "the baseline's answer with every number set to 10**12",
+    "negative_huge": "the baseline's answer with every number set to -10**12",
+    "none": "None",
+}
+
+# Runs in the submission's sandbox, never on the host: the probe module, with `{transform}` filled in.
+_PYTHON_WRAPPER = '''\
+"""gymforge evaluator probe: {description}."""
+
+import importlib.util as _util
+import os as _os
+import sys as _sys
+
+_spec = _util.spec_from_file_location(
+    "{original}", _os.path.join(_os.path.dirname(_os.path.abspath(__file__)), "{original}.py"))
+_original = _util.module_from_spec(_spec)
+_sys.modules["{original}"] = _original
+_spec.loader.exec_module(_original)
+globals().update({{k: v for k, v in vars(_original).items() if not k.startswith("__")}})
+TRANSFORM = "{transform}"
+_CALLED = False
+_SCALAR_SAFE = ("empty", "huge", "negative_huge", "none", "echo")
+
+
+def _numbers(value, new):
+    if isinstance(value, bool):
+        return value
+    if isinstance(value, int):
+        return int(new)
+    if isinstance(value, float):
+        return float(new)
+    if isinstance(value, dict):
+        return {{k: _numbers(v, new) for k, v in value.items()}}
+    if isinstance(value, (list, tuple)):
+        return type(value)(_numbers(v, new) for v in value)
+    if hasattr(value, "tolist") and hasattr(value, "shape"):
+        import numpy
+        return numpy.asarray(_numbers(value.tolist(), new), dtype=value.dtype)
+    return value
+
+
+def _longest(args):
+    sized = [a for a in args if isinstance(a, (list, tuple, dict, str)) or hasattr(a, "__len__")]
+    return max((len(a) for a in sized), default=0)
+
+
+def _not_applicable(why):
+    # The exit status tells the host that this probe has nothing to say about this task.
+    print(f"gymforge probe: not applicable ({{why}})", file=_sys.stderr, flush=True)
+    _os._exit({not_applicable})
+
+
+def _degenerate(value, args):
+    scalar = isinstance(value, (int, float)) or value is None
+    if isinstance(value, str) and TRANSFORM not in ("empty", "none", "echo"):
+        _not_applicable("the function returns text")
+    if scalar and TRANSFORM not in _SCALAR_SAFE:
+        # A number's zero, one or first element is a plausible answer (a game's move), not a degenerate one.
+        _not_applicable("the function returns a number")
+    if TRANSFORM == "none":
+        return None
+    if TRANSFORM == "echo":
+        return args[0] if args else value
+    if TRANSFORM == "huge":
+        return _numbers(value, 10**12)
+    if TRANSFORM == "negative_huge":
+        return _numbers(value, -10**12)
+    if TRANSFORM == "zeros":
+        return _numbers(value, 0)
+    if TRANSFORM == "ones":
+        return _numbers(value, 1)
+    if hasattr(value, "tolist") and hasattr(value, "shape"):
+        import numpy
+        return numpy.asarray(_degenerate(value.tolist(), args))
+    if TRANSFORM == "empty":
+        return None if scalar else type(value)()
+    if TRANSFORM == "first_repeated":
+        if isinstance(value, dict) and value:
+            first = next(iter(value.values()))
+            return {{k: first for k in value}}
+        if isinstance(value, (list, tuple)) and value:
+            return type(value)([value[0]] * len(value))
+        return value
+    if TRANSFORM == "all_indices":
+        n = _longest(args)
+        nested = isinstance(value, (list, tuple)) and value and isinstance(value[0], (list, tuple))
+        return [list(range(n))] if nested else list(range(n))
+    return value
+
+
+def _wrap(name):
+    function = getattr(_original, name)
+
+    def probe(*args, **kwargs):
+        global _CALLED
+        value = function(*args, **kwargs)
+        changed = _degenerate(value, args)
+        if not _CALLED:
+            _CALLED = True
+            try:
+                same = type(changed) is type(value) and bool(changed == value)
+            except Exception:
+                same = False
+            if same:  # the transform leaves the baseline's answer as it is: nothing to probe
+                _not_applicable("the answer has no such degenerate form")
+        return changed
+
+    probe.__name__ = probe.__qualname__ = name
+    probe.__doc__ = function.__doc__
+    return probe
+
+
+for _name in {functions!r}:
+    globals()[_name] = _wrap(_name)
+'''
+
+
+def public_functions(source: str) -> list[str]:
+    """The module's top-level public functions, read from its syntax (never run on the host)."""
+    try:
+        tree = ast.parse(source)
+    except SyntaxError:
+        return []
+    return [n.name for n in tree.body if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))
+            and not n.name.startswith("_")]
+
+
+def python_probes(module: str, source: bytes) -> list[Probe]:
+    """The Python battery for the submission module at workspace path `module` with the baseline `source`."""
+    functions = public_functions(source.decode(errors="replace"))
+    if not functions:
+        return []
+    folder = PurePosixPath(module).parent
+    original = str(folder / f"{ORIGINAL_MODULE}.py") if str(folder) != "." else f"{ORIGINAL_MODULE}.py"
+    probes = []
+    for transform, description in PYTHON_TRANSFORMS.items():
+        wrapper = _PYTHON_WRAPPER.format(description=f"{', '.join(functions)} return {description}",
+                                         original=ORIGINAL_MODULE, transform=transform, functions=functions,
+                                         not_applicable=NOT_APPLICABLE_EXIT)
+        probes.append(Probe(transform, "python", f"{', '.join(functions)} return {description}",
+                            {module: wrapper.encode(), original: source}, module))
+    return probes
+
+
+# -- model -------------------------------------------------------------------------------------------
+
+MODEL_TRANSFORMS: dict[str, str] = {
+    "constant_first": "predict returns its first prediction for every row",
+    "zeros": "predict returns 0 for every row",
+    "mean": "predict returns the mean of its predictions for every row",
+    "short": "predict returns one prediction fewer than there are rows",
+    "two_columns": "predict returns every prediction twice, as two columns",
+    "empty": "predict returns an empty array",
+    "nan": "predict returns NaN for every row",
+}
+
+_MODEL_WRAPPER = '''\
+"""gymforge evaluator probe: a pickled model wrapped so that its predictions become degenerate."""
+
+import pickle
+
+import numpy
+
+
+class Probe:
+    def __init__(self, transform, inner):
+        self.transform, self.inner = transform, inner
+        self._model = None
+
+    def __getattr__(self, name):
+        if name.startswith("_") or name in ("transform", "inner"):
+            raise AttributeError(name)
+        return getattr(self._loaded(), name)
+
+    def _loaded(self):
+        if self._model is None:
+            with open(self.inner, "rb") as fh:
+                self._model = pickle.load(fh)
+        return self._model
+
+    def predict(self, features):
+        p = numpy.asarray(self._loaded().predict(features))
+        t = self.transform
+        if t == "constant_first":
+            return numpy.full_like(p, p.flat[0]) if p.size else p
+        if t == "zeros":
+            return numpy.zeros_like(p)
+        if t == "mean":
+            return numpy.full(p.shape, p.astype(float).mean()) if p.dtype.kind in "iufb" and p.size else p
+        if t == "short":
+            return p[:-1]
+        if t == "two_columns":
+            return numpy.stack([p, p], axis=-1)
+        if t == "empty":
+            return p[:0]
+        if t == "nan":
+            return numpy.full(p.shape, numpy.nan)
+        return p
+
+
+def make(transform, inner):
+    return Probe(transform, inner)
+'''
+
+
+def _pickle_call(module: str, function: str, *args: str) -> bytes:
+    """A protocol-0 pickle of `module.function(*args)` (string arguments), written without importing it."""
+    def text(s: str) -> bytes:
+        return b"V" + s.encode("raw_unicode_escape") + b"\n"
+    return b"c" + module.encode() + b"\n" + function.encode() + b"\n(" + b"".join(map(text, args)) + b"tR."
+
+
+def _with_numbers(value, new: float):
+    """`value` (a parsed YAML config) with every number, at any depth, set to `new` (ints stay ints)."""
+    if isinstance(value, bool):
+        return value
+    if isinstance(value, int):
+        return int(new)
+    if isinstance(value, float):
+        return float(new)
+    if isinstance(value, dict):
+        return {k: _with_numbers(v, new) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_with_numbers(v, new) for v in value]
+    return value
+
+
+def model_probes(config_rel: str, config_text: bytes) -> list[Probe]:
+    """The model battery for the config at `config_rel`: its numeric fields set to 0 and to extremes (a config
+    may be the whole model, as a kernel's bandwidth), and, where its `model_path` names a pickle, that model
+    wrapped so that its predictions become degenerate."""
+    try:
+        config = yaml.safe_load(config_text)
+    except yaml.YAMLError:
+        return []
+    if not isinstance(config, dict):
+        return []
+    probes = []
+    for tag, new in (("zeros", 0), ("huge", 10**12), ("negative_huge", -10**12)):
+        changed = _with_numbers(config, new)
+        if changed != config:
+            probes.append(Probe(f"config_{tag}", "model", f"every number in {config_rel} set to {new}",
+                                {config_rel: yaml.safe_dump(changed, sort_keys=False).encode()}, config_rel))
+    if not isinstance(config.get("model_path"), str):
+        return probes
+    inner = config["model_path"]
+    # At the workspace's top: the evaluation unpickles with the workspace as its working directory.
+    pickled, module = PROBE_PICKLE, f"{PROBE_MODULE}.py"
+    for transform, description in MODEL_TRANSFORMS.items():
+        probe_config = yaml.safe_dump({**config, "model_path": PROBE_PICKLE}, sort_keys=False).encode()
+        files = {config_rel: probe_config, module: _MODEL_WRAPPER.encode(),
+                 pickled: _pickle_call(PROBE_MODULE, "make", transform, inner)}
+        probes.append(Probe(transform, "model", description, files, module))
+    return probes
+
+
+# -- running -----------------------------------------------------------------------------------------
+
+def submission_modules(env: TaskEnvironment) -> list[str]:
+    """The Python files of a PythonSubmissionTasks task that the agent writes (workspace paths).
+
+    The baseline script when the task has one (other than the evaluation); else the starter `.py` files other than the evaluation that
+    the description names (MLGym's games name `strategy.py`, not the opponent's `target.py`), or all of them
+    when it names none."""
+    evaluation = set(env.task.evaluation_paths)
+    if env.task.baseline_paths and env.task.baseline_paths[0] not in evaluation:
+        return [env.task.baseline_paths[0]]  # (MLGym's games name their evaluation as the baseline)
+    layout = env._layout()
+    candidates = [d for d in layout if d.endswith(".py") and d not in evaluation
+                  and not PurePosixPath(d).name.startswith("_")]
+    named = [c for c in candidates if re.search(rf"(?<![\w/]){re.escape(PurePosixPath(c).name)}\b",
+                                                env.task.description)]
+    return named or candidates
+
+
+class _Workspace:
+    """Writes a probe's files into the workspace and puts back what was there (never through a link)."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+
+    def _read(self, rel: str) -> bytes | None:
+        try:
+            return beneath.read_bytes(self.root, rel, _MAX_ARTEFACT)
+        except OSError:
+            return None
+
+    def _unlink(self, rel: str) -> None:
+        with beneath.parent_of(self.root, rel) as (dfd, name):
+            try:
+                os.unlink(name, dir_fd=dfd)
+            except FileNotFoundError:
+                pass
+
+    def _put(self, rel: str, data: bytes | None) -> None:
+        self._unlink(rel)
+        if data is not None:
+            beneath.write_bytes(self.root, rel, data, create=True)
+
+    def apply(self, files: dict[str, bytes]) -> dict[str, bytes | None]:
+        saved = {rel: self._read(rel) for rel in files}
+        for rel, data in files.items():
+            self._put(rel, data)
+        return saved
+
+    def restore(self, saved: dict[str, bytes | None]) -> None:
+        for rel, data in saved.items():
+            self._put(rel, data)
+
+
+def _excerpt(data: bytes) -> str:
+    text = data.decode(errors="replace")
+    return text if len(text) <= _EXCERPT else text[:_EXCERPT] + f"\n[... {len(text) - _EXCERPT} more characters]"
+
+
+def _metric_value(metrics: dict[str, float], metric: str) -> float | None:
+    """The priority metric, matched without regard to case; a single metric stands for it."""
+    for name, value in metrics.items():
+        if name.lower() == metric.lower():
+            return value
+    return next(iter(metrics.values())) if len(metrics) == 1 else None
+
+
+def build_probes(env: TaskEnvironment, *, seed: int, sample: bytes | None = None) -> list[Probe]:
+    """The probes for `env`'s task, from the artefact the baseline left in its workspace (or `sample`)."""
+    ws = _Workspace(env.workspace)
+    entrypoint = env.task.task_entrypoint
+    if entrypoint == "CSVSubmissionTasks":
+        template = ws._read("submission.csv")
+        if template is not None:
+            return csv_probes(template, seed)
+        return csv_probes(sample, seed, sample=True) if sample else []
+    if entrypoint == "PythonSubmissionTasks":
+        return [p for module in submission_modules(env) if (source := ws._read(module)) is not None
+                for p in python_probes(module, source)]
+    if entrypoint == "ModelSubmissionTasks":
+        try:
+            config = env._artefact()
+        except SubmissionNotFound:
+            return []
+        text = ws._read(config) if config else None
+        return model_probes(config, text) if text is not None else []
+    return []
+
+
+def run_probes(env: TaskEnvironment, probes: Iterable[Probe], *, baseline: float, metric: str,
+               higher_is_better: bool, stop_at_first: bool = False,
+               on_outcome: Callable[[ProbeOutcome], None] | None = None) -> list[ProbeOutcome]:
+    """Evaluate each probe in `env`'s workspace, as a submission; the workspace is put back after each.
+    `stop_at_first`: stop at the first gameable probe (one suffices to send a draft back for repair)."""
+    ws = _Workspace(env.workspace)
+    outcomes = []
+    for probe in probes:
+        saved = ws.apply(probe.files)
+        started = time.monotonic()
+        outcome = ProbeOutcome(name=probe.name, kind=probe.kind, description=probe.description,
+                               submission_file=probe.shown, submission=_excerpt(probe.files[probe.shown]))
+        try:
+            metrics, _ = env.evaluate()
+        except (EvaluationFormatError, SubmissionNotFound) as err:
+            runs = (env.last_evaluation, env.last_submission_run)
+            if any(r is not None and r.exit_code == NOT_APPLICABLE_EXIT for r in runs):
+                outcome.applicable = False
+                outcome.rejected = "not applicable: the baseline's answer has no such degenerate form"
+            else:
+                outcome.rejected = str(err).splitlines()[0][:300]
+        else:
+            outcome.metrics = metrics
+            outcome.score = _metric_value(metrics, metric)
+            if outcome.score is None:
+                outcome.rejected = f"the evaluation printed no {metric!r}"
+            elif not math.isfinite(outcome.score):
+                outcome.rejected = f"{metric} is not finite"
+            else:
+                outcome.gameable = better(outcome.score, baseline, higher_is_better)
+        finally:
+            ws.restore(saved)
+        outcome.seconds = round(time.monotonic() - started, 3)
+        outcomes.append(outcome)
+        if on_outcome is not None:
+            on_outcome(outcome)
+        if stop_at_first and outcome.gameable:
+            break
+    return outcomes
+
+
+def check_report(task_id: str, entrypoint: str, metric: str, higher_is_better: bool, baseline: float,
+                 baseline_source: str, outcomes: list[ProbeOutcome], seconds: float) -> CheckReport:
+    return CheckReport(task_id=task_id, entrypoint=entrypoint, metric=metric, higher_is_better=higher_is_better,
+                       baseline=baseline, baseline_source=baseline_source, probes=outcomes,
+                       gameable=any(o.gameable for o in outcomes), seconds=round(seconds, 3))
+
+
+def _recorded(env: TaskEnvironment) -> dict[str, float] | None:
+    return dict(env.task.baseline_scores[0]) if env.task.baseline_scores else None
+
+
+def measure_baseline(env: TaskEnvironment) -> tuple[dict[str, float], str]:
+    """(metrics, "measured" | "recorded"): the baseline run and scored, the installed starter scored, or
+    the task's recorded baseline scores when it has neither a baseline script nor a scorable starter."""
+    if env.task.baseline_paths:
+        return env.run_baseline().metrics, "measured"
+    try:
+        return env.evaluate()[0], "measured"
+    except (SubmissionNotFound, EvaluationFormatError) as err:
+        recorded = _recorded(env)
+        if recorded is None:
+            raise CheckError(f"{env.task.id} has no baseline script, its starter files cannot be scored ({err}) "
+                             "and it records no baseline_scores") from None
+        return recorded, "recorded"
+
+
+def probe_environment(env: TaskEnvironment, *, seed: int, metric: str, higher_is_better: bool,
+                      baseline: tuple[dict[str, float], str], stop_at_first: bool = False) -> CheckReport:
+    """Probe an installed task whose workspace holds the baseline's artefact; `baseline`: its metrics and
+    where they come from ("measured" or "recorded"); `metric` ranks scores."""
+    started = time.monotonic()
+    metrics, source = baseline
+    value = next((v for k, v in metrics.items() if k.lower() == metric.lower()), None)
+    if value is None:
+        raise CheckError(f"the baseline's scores {metrics} have no {metric!r}")
+    sample = None
+    if env.task.sample_submission and (env.root / env.task.sample_submission).is_file():
+        sample = (env.root / env.task.sample_submission).read_bytes()
+    probes = build_probes(env, seed=seed, sample=sample)
+    outcomes = run_probes(env, probes, baseline=value, metric=metric, higher_is_better=higher_is_better,
+                          stop_at_first=stop_at_first)
+    return check_report(env.task.id, env.task.task_entrypoint, metric, higher_is_better, value, source, outcomes,
+                        time.monotonic() - started)
+
+
+def evidence(report: CheckReport, limit: int = 3) -> str:
+    """What a task's author is told about a gameable evaluator: the probes, their submissions and scores."""
+    direction = "higher" if report.higher_is_better else "lower"
+    lines = [f"The evaluation is gameable: {sum(o.gameable for o in report.probes)} knowledge-free degenerate "
+             f"submission(s) were accepted and scored better than the baseline ({report.metric} = "
+             f"{report.baseline:g}, {direction} is better). Validate the submission (ids: no duplicates, none "
+             "missing, none unknown; types; finite values; the problem's constraints) and recompute every quantity "
+             "you report, so that each of these is rejected or scores no better than the baseline."]
+    for o in [o for o in report.probes if o.gameable][:limit]:
+        lines.append(f"- probe `{o.name}` ({o.description}) scored {report.metric} = {o.score:g}; "
+                     f"its {o.submission_file} began:\n{o.submission[:300]}")
+    return "\n".join(lines)
