@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 CORES ?= 2
 
-.PHONY: run test setup system-deps test-deps schemas clean
+.PHONY: run test test-fast setup system-deps test-deps schemas clean
 
 $(BIN)/gymforge: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -35,9 +35,18 @@ run: setup
 	  echo "make run: some jobs failed (reasons above and in results/logs/**/*.failed.json); fix the cause and run 'make run' again, it resumes where it stopped"; exit 1; }
 	$(BIN)/gymforge status
 
+# Tests run in parallel (pytest-xdist): most of them wait on sandboxes and subprocesses, so three workers keep two
+# cores busy; tests sharing an expensive fixture stay on one worker (tests/conftest.py).
+PYTEST := $(BIN)/pytest -q -ra -n 3 --dist loadgroup
+
 test: setup test-deps
 	$(BIN)/ruff check src tests bench
-	$(BIN)/pytest -q -ra; rc=$$?; [ $$rc -eq 5 ] && { echo "no tests collected"; exit 0; }; exit $$rc
+	$(PYTEST); rc=$$?; [ $$rc -eq 5 ] && { echo "no tests collected"; exit 0; }; exit $$rc
+
+# The edit-test loop: everything not marked slow (`make test` runs those too, as CI does).
+test-fast: setup
+	$(BIN)/ruff check src tests bench
+	$(PYTEST) -m "not slow"
 
 schemas: $(BIN)/gymforge
 	$(BIN)/gymforge schemas

@@ -5,3 +5,18 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
 
 pytest_plugins = ["loopback", "workflow_runs", "stage_fixtures", "finished_run"]
+
+
+# Under pytest-xdist (`make test`: --dist loadgroup) each worker builds its own session fixtures. The tests
+# that share an expensive one (a whole workflow run, the docker image) run on one worker, so it is built
+# once; every other test runs with the rest of its module (module fixtures are built once too).
+SHARED_FIXTURES = ("finished_run", "clean_tasks", "docker_backend", "proposals")
+
+
+def pytest_collection_modifyitems(config, items):
+    import pytest
+
+    for item in items:
+        names = getattr(item, "fixturenames", ())
+        shared = next((name for name in SHARED_FIXTURES if name in names), None)
+        item.add_marker(pytest.mark.xdist_group(shared or item.nodeid.split("::")[0]))

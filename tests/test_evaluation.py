@@ -125,3 +125,58 @@ def test_changing_the_teacher_model_reruns_exactly_the_teachers_benchmark_runs(f
     planned = sorted(re.findall(r"^\s*output: (results/scores/runs/\S+\.json)", out, re.M))
     assert planned == [r for r in records if "/teacher/" in r], out[-3000:]
     assert "Params have changed since last execution" in out
+
+
+def _records(tmp_path: Path, cfg: GymforgeConfig, tasks: dict[str, float]) -> list[Path]:
+    """One teacher record per task, each with one submitted run of the given score (no run folders needed)."""
+    from gymforge.benchmark.suite import load_benchmark
+    from gymforge.stages.evaluation import RunSummary
+
+    metrics = {t.id: t.metric for t in load_benchmark(cfg.evaluate)}
+    paths = []
+    for task, score in tasks.items():
+        run = RunSummary(run=0, seed=1, folder=f"teacher__{task}__run0", exit_status="submitted",
+                         scores=[{metrics[task]: score}], replies=2, malformed=0, steps=2, valid_submission=True,
+                         wall_s=1.0)
+        path = tmp_path / "runs" / "teacher" / f"{task}.json"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(EvalRecord(item=f"teacher/{task}", status="ok", model="teacher", task_id=task,
+                                   fingerprint="f", runs=[run]).model_dump_json())
+        paths.append(path)
+    return paths
+
+
+def _check(tmp_path: Path, task: str, gameable: bool) -> Path:
+    from gymforge.core.records import CheckReport, ProbeOutcome
+
+    probe = ProbeOutcome(name="empty", kind="python", description="empty answers", submission_file="coloring.py",
+                         submission="...", score=0.0, metrics={"colors": 0.0}, gameable=gameable)
+    path = tmp_path / "checks" / f"{task}.json"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(CheckReport(task_id=task, entrypoint="PythonSubmissionTasks", metric="colors",
+                                higher_is_better=False, baseline=5.0, baseline_source="measured", probes=[probe],
+                                gameable=gameable).model_dump_json())
+    return path
+
+
+@pytest.mark.parametrize("exclude", [False, True])
+def test_a_gameable_benchmark_task_is_reported_beside_its_aup_or_excluded(tmp_path: Path, exclude: bool) -> None:
+    tasks = {TASK: 4.0, "signalDenoising": 0.05}
+    cfg = make_cfg(tmp_path, tasks=list(tasks), exclude_gameable=exclude)
+    checks = [_check(tmp_path, TASK, gameable=True), _check(tmp_path, "signalDenoising", gameable=False)]
+    text = score_table(cfg, _records(tmp_path, cfg, tasks), aup_out=tmp_path / "aup.csv",
+                       scores_out=tmp_path / "scores.json", replies_out=tmp_path / "replies.json",
+                       violins_out=tmp_path / "v.png", bars_out=tmp_path / "b.png", profiles_out=tmp_path / "p.png",
+                       checks=checks)
+    scores = json.loads((tmp_path / "scores.json").read_text())
+    assert scores["evaluators"]["gameable"] == [TASK]
+    assert f"Gameable evaluators (a knowledge-free degenerate submission beat the baseline): {TASK}" in text
+    if exclude:
+        assert scores["evaluators"]["excluded"] == [TASK] and TASK not in scores["tasks"]
+        assert "left out of AUP" in text
+    else:
+        # scored as usual, its AUP contribution (the per-model ratios) beside the probe that gamed it
+        entry = scores["tasks"][TASK]
+        assert entry["evaluator"]["gameable"] and entry["evaluator"]["gameable_probes"][0]["name"] == "empty"
+        assert "ratio_submission" in entry["models"]["teacher"]
+        assert not scores["tasks"]["signalDenoising"]["evaluator"]["gameable"]

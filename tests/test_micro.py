@@ -217,11 +217,15 @@ def test_micro_task_is_verified_with_its_own_baseline(tmp_path):
     env.write_verified_copy(tmp_path / "env" / "verified" / "mlgym", [it.baseline_scores])
     (tmp_path / "env" / "report.json").write_text(VerificationReport(
         item="t0004", status="ok", task_id=built.task_id, entrypoint=built.entrypoint, iterations=[it],
-        baseline_scores=[it.baseline_scores], hidden_columns=built.hidden_columns).model_dump_json())
+        baseline_scores=[it.baseline_scores], hidden_columns=built.hidden_columns,
+        metric=next(iter(it.baseline_scores)), higher_is_better=True).model_dump_json())
     report = micro_task(cfg, "t0004", tmp_path / "env" / "report.json", tmp_path / "env" / "verified",
                         tmp_path / "micro" / "report.json", tmp_path / "micro" / "verified")
     assert report.status == "ok", report.reason
     assert report.hidden_columns == built.hidden_columns == {"test": ["digit"]}
+    # the cut task's evaluator is probed again: every probe rejected or no better than the micro baseline
+    probes = report.iterations[0].probes
+    assert len(probes) >= 20 and not any(p.gameable for p in probes) and "probes" in report.iterations[0].timings_s
     assert report.micro.kind == "subsampled" and report.micro.rows_after == 200 < report.micro.rows_before
     assert report.micro.full_check_s == it.timings_s["baseline"] and report.micro.micro_check_s > 0
     [scores] = report.baseline_scores

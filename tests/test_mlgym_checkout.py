@@ -199,3 +199,26 @@ def test_parser_agrees_with_mlgym_on_its_released_trajectories() -> None:
                           check=False, capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert re.search(r"^gemini-20-flash-thinking\s+\d+", proc.stdout, re.MULTILINE)
+
+
+# MLGym's own tasks under the evaluator probes (gymforge check-task). Controls that must pass: the house price
+# regression and two of the games. Evaluators the probes must flag: titanic (row count checked, then an inner
+# join on PassengerId: one id on every row scores 1.0) and blotto (`validate_strategy` accepts an empty
+# allocation, which ties every battlefield: Score 0.0 against a baseline of -0.248).
+@pytest.mark.parametrize(("task_id", "gameable", "probe"), [
+    ("regressionKaggleHousePrice", False, None),
+    ("prisonersDilemma", False, None),
+    ("battleOfSexes", False, None),
+    ("titanic", True, "repeat_id_class_0"),
+    ("blotto", True, "empty"),
+])
+def test_mlgym_evaluators_under_the_probes(task_id: str, gameable: bool, probe: str | None, tmp_path: Path) -> None:
+    from gymforge.tools.check_task import check_task
+
+    root = Path(str(MLGYM_ROOT))
+    report = check_task(root / "configs" / "tasks" / f"{task_id}.yaml", root, tmp_path, gpus=0)
+    assert report.gameable == gameable, [(p.name, p.score, p.rejected) for p in report.probes]
+    if gameable:
+        assert probe in [p.name for p in report.gameable_probes]
+    else:
+        assert any(p.rejected and p.applicable for p in report.probes)

@@ -36,13 +36,13 @@ pytestmark = [pytest.mark.slow, pytest.mark.timeout(3600)]
 
 RULES = {"run_config", "topic_batch", "proposal", "task_configs", "starter_code", "verify_environment",
          "rollout_shard", "student_tokenizer", "sft_dataset", "sft_plots", "student_base", "train_student",
-         "decontamination", "eval_runs", "score_table", "run_summary"}
+         "decontamination", "eval_runs", "check_benchmark_task", "score_table", "run_summary"}
 # Files a job reads beyond its declared inputs, on purpose (module docstring): rule -> glob patterns in results/.
 EXCEPTIONS = {"run_summary": ["llm/*", "logs/**/*.failed.json"]}
 # A job that merely glances at an undeclared file (an `exists()`, a count) succeeds without it but writes something
 # else: so every rerun output must equal the run's, byte for byte, but for the records that hold wall-clock times
 # and the random fingerprint Hugging Face datasets write (state.json) or Snakemake's directory stamps.
-TIMED = {"eval_runs", "rollout_shard", "train_student", "verify_environment"}
+TIMED = {"eval_runs", "rollout_shard", "train_student", "verify_environment", "check_benchmark_task"}
 UNSTABLE_FILES = {"state.json", ".snakemake_timestamp"}
 # LLM accounting: a rerun is answered from the shared reply cache, so its records count cache hits, not calls.
 UNSTABLE_KEYS = {"usage"}

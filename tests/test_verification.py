@@ -95,3 +95,65 @@ def test_hopeless_task_is_discarded_with_its_errors(broken_task):
     assert report.status == "discarded" and report.reason_code == "verification_failed"
     assert "sepal_length_cm" in report.reason
     assert not any((root / "hopeless" / "environments" / "t0000" / "verified").iterdir())
+
+
+class _First:
+    """A draw that always takes the first branch: the inner-join scorer with a row count check."""
+
+    def random(self) -> float:
+        return 0.0
+
+
+@pytest.fixture(scope="module")
+def sloppy_task(broken_task, tmp_path_factory):
+    """The same generated task with a runnable baseline and an evaluator that inner-joins on the id after
+    checking only the row count (MLGym's titanic bug)."""
+    from gymforge.core.records import GenerationRecord
+    from gymforge.offline import families
+    from gymforge.offline.families.tabular import sloppy_csv_evaluate
+
+    root, files = broken_task
+    target = tmp_path_factory.mktemp("sloppy")
+    proposal = ProposalRecord.model_validate_json(files["proposal"].read_text())
+    configs = GenerationRecord.model_validate_json(files["configs"].read_text())
+    record = GenerationRecord.model_validate_json(files["code"].read_text())
+    baseline = next(p for p in record.files if p.endswith("/baseline.py"))
+    record.files[baseline] = record.files[baseline].replace("    raise KeyError('sepal_length_cm')\n", "", 1)
+    evaluation = next(p for p in record.files if p.endswith("/evaluate.py"))
+    spec = families.spec_from_configs(configs.files, proposal.dataset)
+    record.files[evaluation] = sloppy_csv_evaluate(record.files[evaluation], spec, _First())
+    assert "merge(truth, on=ID)" in record.files[evaluation]
+    import shutil
+
+    shutil.copytree(root / "task" / "mlgym", target / "task" / "mlgym")
+    for path in (baseline, evaluation):
+        (target / "task" / "mlgym" / path).write_text(record.files[path])
+    sloppy_files = {**files, "code": target / "task" / "status.json"}
+    sloppy_files["code"].write_text(record.model_dump_json())
+    return target, sloppy_files
+
+
+def test_gameable_evaluator_is_repaired_with_the_probes_evidence(sloppy_task):
+    root, files = sloppy_task
+    report = run_verify(root, files, "repair", p_debug=1.0, max_iterations=3)
+    assert report.status == "ok", report.reason
+    first, *later = report.iterations
+    assert first.gameable and first.episode_exit_status is None  # no teacher episode on a gameable task
+    gamed = [p for p in first.probes if p.gameable]
+    assert gamed and gamed[0].name.startswith(("repeat_id", "duplicate_rows", "unknown_ids", "missing_rows"))
+    assert gamed[0].score > first.baseline_scores["accuracy"]
+    evidence = "\n".join(first.errors)
+    assert "gameable" in evidence and gamed[0].name in evidence and "submission.csv" in evidence
+    # The repair (a clean draft) passes every probe: each rejected or no better, none skipped.
+    last = later[-1]
+    assert later[0].source == "debug" and not last.gameable and last.episode_exit_status
+    assert len(last.probes) >= 20 and not any(p.gameable for p in last.probes)
+    assert report.metric == "accuracy" and report.higher_is_better is True
+
+
+def test_still_gameable_task_is_discarded_as_gameable_evaluator(sloppy_task):
+    root, files = sloppy_task
+    report = run_verify(root, files, "gameable", max_iterations=1)
+    assert report.status == "discarded" and report.reason_code == "gameable_evaluator"
+    assert "gameable" in report.reason
+    assert not any((root / "gameable" / "environments" / "t0000" / "verified").iterdir())

@@ -39,7 +39,8 @@ _PYTHON = re.compile(r"\b(python3?|torchrun|accelerate|deepspeed)\b")
 _LOWER = re.compile(r"\b(lower|smaller|less)\s+is\s+better\b|\bminimi[sz]e\b", re.I)
 _HIGHER = re.compile(r"\b(higher|larger|greater|more)\s+is\s+better\b|\bmaximi[sz]e\b", re.I)
 # metric names that are minimised when a task says nothing about its direction
-_LOWER_NAMES = re.compile(r"(loss|error|rmse|mse|mae|mape|logloss|perplexity|time|regret|distance|wer|cer)", re.I)
+_LOWER_NAMES = re.compile(r"(loss|error|rmse|mse|mae|mape|logloss|perplexity|time|regret|distance|wer|cer|cost|"
+                          r"makespan|tour|latency|gap|violation|colou?rs|bins)", re.I)
 
 
 class RewardWeights(Protocol):
@@ -90,6 +91,19 @@ class Reward:
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
+
+
+def stated_direction(text: str, metric: str) -> bool | None:
+    """Whether `text` (a task description) says that higher (True) or lower (False) `metric` is better: in a
+    sentence that names the metric, else anywhere when the whole text says only one of them; None if it does
+    not say."""
+    sentences = re.split(r"(?<=[.!?;:\n])\s+", text)
+    named = [s for s in sentences if metric and metric.lower() in s.lower()]
+    for scope in (" ".join(named), text):
+        lower, higher = bool(_LOWER.search(scope)), bool(_HIGHER.search(scope))
+        if lower != higher:
+            return higher
+    return None
 
 
 def metric_direction(metric_text: str) -> tuple[str, bool]:

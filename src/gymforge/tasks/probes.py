@@ -254,11 +254,21 @@ def _numbers(value, new):
     if isinstance(value, dict):
         return {{k: _numbers(v, new) for k, v in value.items()}}
     if isinstance(value, (list, tuple)):
-        return type(value)(_numbers(v, new) for v in value)
+        return _same_kind(value, [_numbers(v, new) for v in value])
     if hasattr(value, "tolist") and hasattr(value, "shape"):
         import numpy
-        return numpy.asarray(_numbers(value.tolist(), new), dtype=value.dtype)
+        try:
+            return numpy.asarray(_numbers(value.tolist(), new), dtype=value.dtype)
+        except OverflowError:
+            return numpy.asarray(_numbers(value.tolist(), new))
     return value
+
+
+def _same_kind(value, items):
+    """`items` as a list, tuple or named tuple like `value`."""
+    if isinstance(value, tuple) and hasattr(value, "_fields"):
+        return type(value)(*items)
+    return type(value)(items)
 
 
 def _longest(args):
@@ -295,13 +305,15 @@ def _degenerate(value, args):
         import numpy
         return numpy.asarray(_degenerate(value.tolist(), args))
     if TRANSFORM == "empty":
-        return None if scalar else type(value)()
+        if scalar:
+            return None
+        return () if isinstance(value, tuple) and hasattr(value, "_fields") else type(value)()
     if TRANSFORM == "first_repeated":
         if isinstance(value, dict) and value:
             first = next(iter(value.values()))
             return {{k: first for k in value}}
         if isinstance(value, (list, tuple)) and value:
-            return type(value)([value[0]] * len(value))
+            return _same_kind(value, [value[0]] * len(value))
         return value
     if TRANSFORM == "all_indices":
         n = _longest(args)
@@ -371,57 +383,73 @@ MODEL_TRANSFORMS: dict[str, str] = {
     "zeros": "predict returns 0 for every row",
     "mean": "predict returns the mean of its predictions for every row",
     "short": "predict returns one prediction fewer than there are rows",
+    "first_half": "predict returns predictions for the first half of the rows only",
     "two_columns": "predict returns every prediction twice, as two columns",
     "empty": "predict returns an empty array",
     "nan": "predict returns NaN for every row",
 }
 
+# Unpickled in the submission's sandbox, never on the host. predict and predict_proba answer degenerately;
+# anything else is the baseline's model. The baseline's pickle is looked for where the config's path points,
+# from the working directory and from the config's folder (evaluators resolve it either way).
 _MODEL_WRAPPER = '''\
 """gymforge evaluator probe: a pickled model wrapped so that its predictions become degenerate."""
 
+import os
 import pickle
 
 import numpy
 
 
+def degrade(p, transform):
+    p = numpy.asarray(p)
+    if transform == "constant_first":
+        return numpy.broadcast_to(p[:1], p.shape).copy() if p.size else p
+    if transform == "zeros":
+        return numpy.zeros_like(p)
+    if transform == "mean":
+        if p.dtype.kind not in "iufb" or not p.size:
+            return p
+        return numpy.broadcast_to(p.astype(float).mean(axis=0), p.shape).copy()
+    if transform == "short":
+        return p[:-1]
+    if transform == "first_half":
+        return p[: len(p) // 2]
+    if transform == "two_columns":
+        return numpy.stack([p, p], axis=-1)
+    if transform == "empty":
+        return p[:0]
+    if transform == "nan":
+        return numpy.full(p.shape, numpy.nan)
+    return p
+
+
 class Probe:
-    def __init__(self, transform, inner):
-        self.transform, self.inner = transform, inner
+    def __init__(self, transform, *candidates):
+        self.transform, self.candidates = transform, candidates
         self._model = None
 
     def __getattr__(self, name):
-        if name.startswith("_") or name in ("transform", "inner"):
+        if name.startswith("_") or name in ("transform", "candidates"):
             raise AttributeError(name)
         return getattr(self._loaded(), name)
 
     def _loaded(self):
         if self._model is None:
-            with open(self.inner, "rb") as fh:
+            path = next((c for c in self.candidates if os.path.isfile(c)), self.candidates[0])
+            with open(path, "rb") as fh:
                 self._model = pickle.load(fh)
         return self._model
 
     def predict(self, features):
-        p = numpy.asarray(self._loaded().predict(features))
-        t = self.transform
-        if t == "constant_first":
-            return numpy.full_like(p, p.flat[0]) if p.size else p
-        if t == "zeros":
-            return numpy.zeros_like(p)
-        if t == "mean":
-            return numpy.full(p.shape, p.astype(float).mean()) if p.dtype.kind in "iufb" and p.size else p
-        if t == "short":
-            return p[:-1]
-        if t == "two_columns":
-            return numpy.stack([p, p], axis=-1)
-        if t == "empty":
-            return p[:0]
-        if t == "nan":
-            return numpy.full(p.shape, numpy.nan)
-        return p
+        return degrade(self._loaded().predict(features), self.transform)
+
+    def predict_proba(self, features):
+        return degrade(self._loaded().predict_proba(features), self.transform)
 
 
-def make(transform, inner):
-    return Probe(transform, inner)
+def make(transform, *candidates):
+    return Probe(transform, *candidates)
 '''
 
 
@@ -466,13 +494,17 @@ def model_probes(config_rel: str, config_text: bytes) -> list[Probe]:
     if not isinstance(config.get("model_path"), str):
         return probes
     inner = config["model_path"]
-    # At the workspace's top: the evaluation unpickles with the workspace as its working directory.
-    pickled, module = PROBE_PICKLE, f"{PROBE_MODULE}.py"
+    folder = PurePosixPath(config_rel).parent
+    # The module at the workspace's top (the evaluation imports from its working directory); the pickle there
+    # and, for an evaluator that resolves paths from the config's folder, beside the config too.
+    candidates = dict.fromkeys([inner, str(folder / inner)])
+    pickles = dict.fromkeys([PROBE_PICKLE, str(folder / PROBE_PICKLE)])
     for transform, description in MODEL_TRANSFORMS.items():
         probe_config = yaml.safe_dump({**config, "model_path": PROBE_PICKLE}, sort_keys=False).encode()
-        files = {config_rel: probe_config, module: _MODEL_WRAPPER.encode(),
-                 pickled: _pickle_call(PROBE_MODULE, "make", transform, inner)}
-        probes.append(Probe(transform, "model", description, files, module))
+        pickled = _pickle_call(PROBE_MODULE, "make", transform, *candidates)
+        files = {config_rel: probe_config, f"{PROBE_MODULE}.py": _MODEL_WRAPPER.encode(),
+                 **dict.fromkeys(pickles, pickled)}
+        probes.append(Probe(transform, "model", description, files, f"{PROBE_MODULE}.py"))
     return probes
 
 

@@ -14,7 +14,7 @@ from pathlib import Path
 
 from gymforge.core.config import GymforgeConfig
 from gymforge.core.records import CheckReport, derive_seed
-from gymforge.rl.rewards import metric_direction
+from gymforge.rl.rewards import metric_direction, stated_direction
 from gymforge.sandbox import Limits
 from gymforge.tasks.environment import detect_gpus
 from gymforge.tasks.episode import EpisodeRunner, limits_of, sandbox_for
@@ -25,16 +25,21 @@ __all__ = ["CheckError", "check_task", "priority_metric"]
 
 
 def priority_metric(task_id: str, metrics: dict[str, float], metric: str | None = None,
-                    higher_is_better: bool | None = None) -> tuple[str, bool]:
+                    higher_is_better: bool | None = None, description: str = "") -> tuple[str, bool]:
     """The metric that ranks the task's scores and its direction: as given, else MLGym-Bench's or the built-in
-    suite's, else the evaluation's only (or first) metric with the direction its name implies."""
+    suite's, else the evaluation's only (or first) metric with the direction the task's description states
+    ("lower is better", "minimise"), else the one its name implies (rmse, cost, makespan: lower)."""
     from gymforge.benchmark.suite import BUILTIN
 
     known = BENCHMARK_TASKS.get(task_id) or (BUILTIN[task_id][:2] if task_id in BUILTIN else None)
     if metric is None:
         metric = known[0] if known else next(iter(metrics), "")
     if higher_is_better is None:
-        higher_is_better = known[1] if known and known[0] == metric else metric_direction(metric)[1]
+        if known and known[0] == metric:
+            higher_is_better = known[1]
+        else:
+            stated = stated_direction(description, metric)
+            higher_is_better = stated if stated is not None else metric_direction(metric)[1]
     return metric, higher_is_better
 
 
@@ -58,6 +63,7 @@ def check_task(task_yaml: Path, root: Path | None = None, out: Path = Path("chec
                              hidden_columns=hidden_columns)
     env.install()
     baseline = measure_baseline(env)
-    metric, higher_is_better = priority_metric(env.task.id, baseline[0], metric, higher_is_better)
+    metric, higher_is_better = priority_metric(env.task.id, baseline[0], metric, higher_is_better,
+                                               description=env.task.description)
     return probe_environment(env, seed=derive_seed(seed, "probes", env.task.id), metric=metric,
                              higher_is_better=higher_is_better, baseline=baseline, stop_at_first=stop_at_first)

@@ -196,7 +196,8 @@ def files(spec: TaskSpec, rng: random.Random) -> dict[str, str]:
     evaluate = EVALUATE.substitute(
         task_id=spec.task_id, config=CONFIG, metric=spec.metric, direction=spec.direction,
         imports=tabular.import_block("import numpy as np", scorer_import), target_lit=lit(spec.target),
-        load_answers=tabular.LOAD_ANSWERS.substitute(target_lit=lit(spec.target)), scorer=scorer)
+        load_answers=tabular.LOAD_ANSWERS.substitute(target_lit=lit(spec.target), lazy_import=""),
+        scorer=scorer)
     return {FILES[0]: baseline, FILES[1]: evaluate}
 
 

@@ -251,6 +251,8 @@ def score(answers: pd.Series, predictions: pd.Series) -> float:
 '''),
 }
 
+# A CSV scorer imports `datasets` only where it needs it (plain MLGym): the import costs every evaluation a second.
+LAZY_DATASETS = "    from datasets import load_from_disk\n\n"
 LOAD_ANSWERS = Template('''\
 def load_answers() -> pd.Series:
     """Test labels in test-split order, read only here: under gymforge they sit outside the agent's reach in
@@ -259,7 +261,7 @@ def load_answers() -> pd.Series:
     if secrets:
         answers = pd.read_csv(os.path.join(secrets, "answers.csv"))
         return answers.sort_values("id")[$target_lit].reset_index(drop=True)
-    return load_from_disk("data")["test"].to_pandas()[$target_lit]
+$lazy_import    return load_from_disk("data")["test"].to_pandas()[$target_lit]
 ''')
 
 CSV_EVALUATE = Template('''\
@@ -315,9 +317,10 @@ if __name__ == "__main__":
 ''')
 
 
-def import_block(*extra: str) -> str:
-    """Third-party imports of a scorer (pandas, datasets and `extra`), sorted the way isort would."""
-    lines = {"import pandas as pd", "from datasets import load_from_disk",
+def import_block(*extra: str, datasets: bool = True) -> str:
+    """Third-party imports of a scorer (pandas, with `datasets` datasets, and `extra`), sorted the way isort
+    would."""
+    lines = {"import pandas as pd", *(["from datasets import load_from_disk"] if datasets else []),
              *(line for block in extra for line in block.splitlines() if line)}
     return "\n".join(sorted(lines, key=lambda s: (s.startswith("from"), s)))
 
@@ -327,7 +330,8 @@ def csv_evaluate(spec: TaskSpec) -> str:
     numeric = spec.problem != "classification"
     return CSV_EVALUATE.substitute(
         task_id=spec.task_id, metric=spec.metric, direction=spec.direction, target_lit=lit(spec.target),
-        imports=import_block(scorer_import), load_answers=LOAD_ANSWERS.substitute(target_lit=lit(spec.target)),
+        imports=import_block(scorer_import, datasets=False),
+        load_answers=LOAD_ANSWERS.substitute(target_lit=lit(spec.target), lazy_import=LAZY_DATASETS),
         coerce='\n    predictions = pd.to_numeric(predictions, errors="coerce")' if numeric else "",
         missing="missing or non-numeric" if numeric else "missing", scorer=scorer,
     )
