@@ -28,6 +28,11 @@ BASE=gymforge-sandbox-base:bookworm
 PACKAGES=${GYMFORGE_SANDBOX_PACKAGES:-numpy pandas scikit-learn scipy datasets torch==2.13.0+cpu}
 PYTHON=${PYTHON:-python3}
 SOCK=$RUN/docker.sock
+
+# One setup at a time (parallel test workers may all ask for the daemon): the others wait, then reuse it.
+mkdir -p "$(dirname "$STATE")"
+exec 9>"$STATE.setup.lock"
+flock 9
 export DOCKER_HOST=unix://$SOCK
 # The legacy builder needs no buildx plugin and honours --network=none.
 export DOCKER_BUILDKIT=0

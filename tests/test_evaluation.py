@@ -164,12 +164,19 @@ def test_a_gameable_benchmark_task_is_reported_beside_its_aup_or_excluded(tmp_pa
     tasks = {TASK: 4.0, "signalDenoising": 0.05}
     cfg = make_cfg(tmp_path, tasks=list(tasks), exclude_gameable=exclude)
     checks = [_check(tmp_path, TASK, gameable=True), _check(tmp_path, "signalDenoising", gameable=False)]
+    scores_out = tmp_path / "results" / "scores" / "scores.json"
     text = score_table(cfg, _records(tmp_path, cfg, tasks), aup_out=tmp_path / "aup.csv",
-                       scores_out=tmp_path / "scores.json", replies_out=tmp_path / "replies.json",
+                       scores_out=scores_out, replies_out=tmp_path / "replies.json",
                        violins_out=tmp_path / "v.png", bars_out=tmp_path / "b.png", profiles_out=tmp_path / "p.png",
                        checks=checks)
-    scores = json.loads((tmp_path / "scores.json").read_text())
+    scores = json.loads(scores_out.read_text())
     assert scores["evaluators"]["gameable"] == [TASK]
+    # the run report's section: the task, the probe that gamed it and its score, beside its AUP contribution
+    from gymforge.report.summary import evaluators_html
+
+    page = evaluators_html(tmp_path / "results")
+    assert TASK in page and "empty (0)" in page
+    assert ("left out of AUP" in page) == exclude
     assert f"Gameable evaluators (a knowledge-free degenerate submission beat the baseline): {TASK}" in text
     if exclude:
         assert scores["evaluators"]["excluded"] == [TASK] and TASK not in scores["tasks"]

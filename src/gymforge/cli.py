@@ -226,12 +226,19 @@ def _cmd_check_task(args) -> None:
     from gymforge.stages.datasets import cache_root
     from gymforge.tools.check_task import CheckError, check_task
 
+    from gymforge.core.records import VerificationReport
+
     cfg = _config(args) if Path(args.config).is_file() else GymforgeConfig()
     direction = {"higher": True, "lower": False}.get(args.direction) if args.direction else None
+    verified = VerificationReport.model_validate_json(Path(args.report).read_text()) if args.report else None
+    metric = args.metric or (verified.metric if verified else None)
+    if direction is None and verified is not None and verified.metric == metric:
+        direction = verified.higher_is_better
     try:
         report = check_task(Path(args.task_yaml), Path(args.root) if args.root else None, Path(args.out), cfg=cfg,
-                            sandbox=args.sandbox, seed=args.seed, metric=args.metric, higher_is_better=direction,
-                            gpus=args.gpus, dataset_cache=cache_root(cfg))
+                            sandbox=args.sandbox, seed=args.seed, metric=metric, higher_is_better=direction,
+                            gpus=args.gpus, dataset_cache=cache_root(cfg),
+                            hidden_columns=verified.hidden_columns if verified else None)
     except CheckError as err:
         sys.exit(f"gymforge check-task: {err}")
     if args.json:
@@ -369,7 +376,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--metric", default=None, help="the metric that ranks scores (default: the benchmark's, or the "
                    "evaluation's only metric)")
     p.add_argument("--direction", choices=["higher", "lower"], default=None,
-                   help="whether higher or lower is better (default: known tasks' own, else read off the name)")
+                   help="whether higher or lower is better (default: known tasks' own, else what the task's "
+                   "description says, else read off the name)")
+    p.add_argument("--report", default=None, metavar="REPORT_JSON",
+                   help="a verified task's results/environments/<slot>/report.json: its held-out columns are "
+                   "withheld as in its episodes, and its metric and direction are used")
     p.add_argument("--sandbox", choices=["local", "docker"], default="local")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--gpus", type=int, default=None, help="GPUs for LM tasks (default: detect)")

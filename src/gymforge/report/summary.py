@@ -97,6 +97,32 @@ def rl_html(results: Path) -> str:
     return "".join(parts)
 
 
+def evaluators_html(results: Path) -> str:
+    """The benchmark's evaluator probes (`scores/scores.json`, rule check_benchmark_task): each gameable task
+    with the probe that gamed it, beside its AUP contribution (each model's performance ratio)."""
+    scores_file = Path(results) / "scores" / "scores.json"
+    if not scores_file.is_file():
+        return ""
+    scores = json.loads(scores_file.read_text())
+    evaluators = scores.get("evaluators")
+    if not evaluators or not evaluators.get("checked"):
+        return ""
+    rows = []
+    for task in evaluators["gameable"]:
+        report = evaluators["reports"][task]
+        probes = ", ".join(f"{p['name']} ({p['score']:g})" for p in report["gameable_probes"])
+        entry = scores["tasks"].get(task)
+        ratios = ("left out of AUP" if entry is None else
+                  ", ".join(f"{m} {v['ratio_submission']:.3g}" if v["ratio_submission"] is not None else f"{m} -"
+                            for m, v in entry["models"].items()))
+        rows.append([task, f"{report['baseline']:g}", probes, ratios])
+    head = (f"<h2>Benchmark evaluators (probes)</h2><p>{len(evaluators['checked'])} tasks probed with "
+            f"knowledge-free degenerate submissions; {len(rows)} gameable"
+            f"{' (left out of AUP: evaluate.exclude_gameable)' if evaluators.get('excluded') else ''}.</p>")
+    return head + (_table(["task", "baseline", "gameable by (score)", "AUP contribution (ratio per model)"], rows)
+                   if rows else "")
+
+
 def summary_html(report: dict, out: Path, sft_stats: dict | None = None, results: Path | None = None) -> Path:
     stages = report["stages"]
     funnel = [[n, s["planned"], s["done"], s["ok"], sum(s["discarded"].values()), s["skipped"]] for n, s in stages.items()]
@@ -111,6 +137,7 @@ def summary_html(report: dict, out: Path, sft_stats: dict | None = None, results
         f"<h2>Funnel</h2>{_table(['stage', 'planned', 'done', 'kept', 'discarded', 'skipped'], funnel)}"
         f"<h2>Discard and failure reasons</h2>{_table(['stage', 'reason', 'items'], reasons)}"
         f"{audit_html(sft_stats)}"
+        f"{evaluators_html(results) if results else ''}"
         f"{rl_html(results) if results else ''}"
         f"<h2>LLM usage per stage</h2>"
         f"{_table(['stage', 'calls', 'cache hits', 'prompt tokens', 'completion tokens', 'cost $'], usage)}"
