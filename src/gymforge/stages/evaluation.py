@@ -16,6 +16,7 @@ import asyncio
 import hashlib
 import json
 import logging
+import os
 import shutil
 import tempfile
 import time
@@ -27,6 +28,7 @@ from pydantic import BaseModel, Field
 from gymforge.core import atomic
 from gymforge.agent.trajectory import Trajectory
 from gymforge.core.config import EndpointConfig, GymforgeConfig, ModelSpec
+from gymforge.core.job import SCRATCH_ENV
 from gymforge.core.progress import Progress
 from gymforge.core.records import ItemRecord, UsageRecord, derive_seed, text_hash
 from gymforge.core.plan import SERVED_SOURCES, model_spec, run_ids, teacher_identity  # noqa: F401  (re-exported)
@@ -266,7 +268,9 @@ def check_benchmark_task(cfg: GymforgeConfig, task: str, out: Path) -> str:
     require_runnable(found, cache_root(cfg), visible_gpus() if found.gpus else 0, sandbox=episodes.sandbox,
                      limits=episodes.limits)
     out = Path(out)
-    with tempfile.TemporaryDirectory(dir=out.parent, prefix=f".{task}-check-") as scratch:
+    # In the job's scratch directory, which a rerun empties: a killed check leaves nothing beside the reports.
+    where = Path(os.environ.get(SCRATCH_ENV) or out.parent)
+    with tempfile.TemporaryDirectory(dir=where, prefix=f".{task}-check-") as scratch:
         env = episodes.environment(found.task_yaml, root=found.root, run_dir=Path(scratch) / "run")
         env.install()
         report = probe_environment(env, seed=derive_seed(cfg.seed, "probes", task), metric=found.metric,

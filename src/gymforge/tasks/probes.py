@@ -533,7 +533,7 @@ class _Workspace:
     def __init__(self, root: Path) -> None:
         self.root = root
 
-    def _read(self, rel: str) -> bytes | None:
+    def read(self, rel: str) -> bytes | None:
         try:
             return beneath.read_bytes(self.root, rel, _MAX_ARTEFACT)
         except OSError:
@@ -552,7 +552,7 @@ class _Workspace:
             beneath.write_bytes(self.root, rel, data, create=True)
 
     def apply(self, files: dict[str, bytes]) -> dict[str, bytes | None]:
-        saved = {rel: self._read(rel) for rel in files}
+        saved = {rel: self.read(rel) for rel in files}
         for rel, data in files.items():
             self._put(rel, data)
         return saved
@@ -580,19 +580,19 @@ def build_probes(env: TaskEnvironment, *, seed: int, sample: bytes | None = None
     ws = _Workspace(env.workspace)
     entrypoint = env.task.task_entrypoint
     if entrypoint == "CSVSubmissionTasks":
-        template = ws._read("submission.csv")
+        template = ws.read("submission.csv")
         if template is not None:
             return csv_probes(template, seed)
         return csv_probes(sample, seed, sample=True) if sample else []
     if entrypoint == "PythonSubmissionTasks":
-        return [p for module in submission_modules(env) if (source := ws._read(module)) is not None
+        return [p for module in submission_modules(env) if (source := ws.read(module)) is not None
                 for p in python_probes(module, source)]
     if entrypoint == "ModelSubmissionTasks":
         try:
             config = env._artefact()
         except SubmissionNotFound:
             return []
-        text = ws._read(config) if config else None
+        text = ws.read(config) if config else None
         return model_probes(config, text) if text is not None else []
     return []
 
