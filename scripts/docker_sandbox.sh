@@ -48,7 +48,9 @@ command -v debootstrap >/dev/null || missing+=(debootstrap)
 if [ ${#missing[@]} -gt 0 ]; then
     command -v apt-get >/dev/null || die "missing ${missing[*]} and no apt-get to install them"
     log "installing ${missing[*]}"
-    { apt-get update -q && DEBIAN_FRONTEND=noninteractive apt-get install -y -q "${missing[@]}"; } >&2 \
+    # DPkg::Lock::Timeout: wait for another setup's apt-get (a parallel test worker's) instead of failing.
+    { apt-get -o DPkg::Lock::Timeout=600 update -q &&
+      DEBIAN_FRONTEND=noninteractive apt-get -o DPkg::Lock::Timeout=600 install -y -q "${missing[@]}"; } >&2 \
         || die "apt-get install ${missing[*]} failed"
 fi
 

@@ -83,8 +83,12 @@ ensure_installed() {
     command -v apt-get >/dev/null 2>&1 || skip "SLURM is not installed (${missing[*]}) and there is no apt-get to install it"
     say "installing ${missing[*]} with apt-get (~20-60 s)"
     local log="${TMPDIR:-/tmp}/gymforge-slurm-apt.log"
-    if ! { apt-get install -y -qq --no-install-recommends "${missing[@]}" slurm-client >"$log" 2>&1 ||
-           { apt-get update -qq >>"$log" 2>&1 && apt-get install -y -qq --no-install-recommends "${missing[@]}" slurm-client >>"$log" 2>&1; }; }; then
+    # Wait for dpkg's lock rather than fail on it: another setup (the docker sandbox's, a parallel test
+    # worker's) may be installing packages at the same moment.
+    local apt=(apt-get -o DPkg::Lock::Timeout=600)
+    if ! { "${apt[@]}" install -y -qq --no-install-recommends "${missing[@]}" slurm-client >"$log" 2>&1 ||
+           { "${apt[@]}" update -qq >>"$log" 2>&1 &&
+             "${apt[@]}" install -y -qq --no-install-recommends "${missing[@]}" slurm-client >>"$log" 2>&1; }; }; then
         tail -n 20 "$log" >&2
         skip "apt-get install ${missing[*]} failed (see $log)"
     fi
