@@ -4,7 +4,7 @@
 
 Each verified task (`results/environments/<slot>/verified/mlgym`) is installed, its baseline run and every probe
 evaluated, exactly as the command does; the script prints one line per task (probes, wall seconds, verdict) and
-the median and maximum wall time. Run it on an idle machine: the figure in the README comes from here.
+the median and maximum wall time. Run it on an idle machine: the figure in docs/integrity.md comes from here.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""AUP, Best Attempt and Best Submission (SPEC 4.6) on tiny hand-computed run folders."""
+"""AUP, Best Attempt and Best Submission (docs/scores.md) on tiny hand-computed run folders."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The built-in benchmark suite (SPEC 5), benchmark loading and decontamination against synthesized tasks."""
+"""The built-in benchmark suite (docs/scores.md), benchmark loading and decontamination against synthesized tasks."""
 
 from __future__ import annotations
 

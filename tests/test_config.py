@@ -59,12 +59,11 @@ def test_rerun_digest_ignores_topic_count_budget_and_price():
     assert base.digest("seed", "teacher", "topics") != reseeded.digest("seed", "teacher", "topics")
 
 
-def _readme_config_rows() -> list[list[str]]:
-    """The rows of the README's "Configuration" table: key | default | config.yaml | meaning."""
-    text = (REPO / "README.md").read_text()
-    section = text[text.index("\n## Configuration\n"):]
-    section = section[:section.index("\n## ", 1)]
-    lines = [ln for ln in section.splitlines() if ln.startswith("| ")]
+def _docs_config_rows() -> list[list[str]]:
+    """The rows of the key table in docs/configuration.md: key | default | config.yaml | meaning."""
+    text = (REPO / "docs" / "configuration.md").read_text()
+    table = text[text.index("\n| key |") + 1:].splitlines()
+    lines = table[:next((i for i, ln in enumerate(table) if not ln.startswith("|")), len(table))]  # the table alone
     assert lines[0].split("|")[1:4] == [" key ", " default ", " `config.yaml` "], lines[0]
     return [[cell.strip() for cell in ln.strip().strip("|").split("|")] for ln in lines[1:] if not ln.startswith("|---")]
 
@@ -103,11 +102,11 @@ def _lookup(tree: dict, key: str) -> Any:
     return tree
 
 
-def test_readme_config_table_states_the_model_defaults_and_config_yaml_overrides():
+def test_docs_config_table_states_the_model_defaults_and_config_yaml_overrides():
     defaults = GymforgeConfig().model_dump()
     overrides = yaml.safe_load((REPO / "config.yaml").read_text())
     listed = set()
-    rows = _readme_config_rows()
+    rows = _docs_config_rows()
     assert len(rows) >= 30
     for key_cell, default_cell, yaml_cell, _meaning in rows:
         keys = _table_keys(key_cell)

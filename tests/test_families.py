@@ -94,7 +94,7 @@ def run(ws: Path, *args: str) -> subprocess.CompletedProcess[str]:
 
 
 def evaluate(ws: Path, task: mlgym.TaskConfig) -> dict[str, float]:
-    """The evaluation exactly as MLGym calls it and parses its stdout (SPEC 4.3)."""
+    """The evaluation exactly as MLGym calls it and parses its stdout (docs/verification.md)."""
     script = task.evaluation_paths[0]
     if task.task_entrypoint == "CSVSubmissionTasks":
         out = run(ws, script, "--submission_file", str(ws / "submission.csv"))

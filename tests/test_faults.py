@@ -138,7 +138,7 @@ def test_a_small_budget_is_used_up_never_exceeded_and_named(tmp_path: Path, teac
     assert budget["spent_usd"] <= 0.03 and budget["in_flight"] == 0
     # Where users look: Snakemake's output, the failed job's log and failure record, `gymforge status`. It stopped
     # only when what was left could not pay for the next request: all but less than one request's cost was used
-    # (with 12 topics and $0.05, calls are small against the budget: 97% used, see README).
+    # (with 12 topics and $0.05, calls are small against the budget: 97% used, see docs/operations.md).
     lines = [ln for ln in proc.stderr.splitlines() if "failed (budget_exhausted)" in ln]
     for line in lines:
         remaining, needed = map(float, re.search(r"remaining \$(\d+\.\d+); the next request needs about \$(\d+\.\d+)",

@@ -1,4 +1,4 @@
-"""Micro-scale task variants (issue #16, SPEC 3.9): row choice, tree rewriting, the stage, the rule."""
+"""Micro-scale task variants (issue #16; docs/rl.md): row choice, tree rewriting, the stage, the rule."""
 
 from __future__ import annotations
 

@@ -28,7 +28,8 @@ def qwen3() -> Any:
 
 
 def _texts() -> list[str]:
-    paths = [REPO / "README.md", *sorted((REPO / "src" / "gymforge" / "core" / "templates").glob("*.j2")),
+    paths = [REPO / "README.md", *sorted((REPO / "docs").glob("*.md")),
+             *sorted((REPO / "src" / "gymforge" / "core" / "templates").glob("*.j2")),
              REPO / "src" / "gymforge" / "stages" / "training.py"]
     return SAMPLES + [p.read_text() for p in paths]
 

@@ -169,7 +169,7 @@ def test_record_schema(shard_run):
         assert rec.teacher.model == "scripted-teacher" and rec.teacher.provider == "openai"
         assert rec.teacher.endpoint.startswith("http://127.0.0.1:") and rec.sandbox.backend == "local"
         traj = raw["trajectory"]
-        # SPEC 4.5: MLGym's .traj keys
+        # MLGym's .traj keys (docs/training.md)
         assert set(traj) >= {"environment", "trajectory", "history", "info"}
         assert set(traj["info"]) >= {"model_stats", "exit_status", "submission", "score"}
         assert set(traj["info"]["model_stats"]) == {"total_cost", "task_cost", "tokens_sent", "tokens_received",

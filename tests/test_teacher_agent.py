@@ -94,7 +94,7 @@ class Task:
 
 
 class Evaluator:
-    """Runs the task's evaluation script the way MLGym does and reads its stdout (SPEC 4.3)."""
+    """Runs the task's evaluation script the way MLGym does and reads its stdout (docs/verification.md)."""
 
     def __init__(self, ws: Path, config: mlgym.TaskConfig) -> None:
         self.ws, self.config = ws, config

@@ -2,7 +2,7 @@
 or through tests/fault_proxy.py): a config overlay, Snakemake invocations, and a fingerprint of `results/` that two
 runs must share when they produced the same data.
 
-Run by hand (the numbers the README quotes), e.g. 12 topics under 30% faults of every kind:
+Run by hand (the numbers docs/operations.md quotes), e.g. 12 topics under 30% faults of every kind:
 
     python tests/workflow_runs.py faults --topics 12 --rate 0.3 --workdir /tmp/gf-faults
 """
@@ -24,7 +24,7 @@ import yaml
 from workflow_copy import copy_workflow
 
 KEY_ENV = "GYMFORGE_FAULT_KEY"
-SMALL_TOPICS = 4  # the tests' runs; the README's numbers are for 12 (see main())
+SMALL_TOPICS = 4  # the tests' runs; the numbers in docs/operations.md are for 12 (see main())
 # Not data: logs, benchmarks, the ledger, job scratch, and the resolved config (it names the endpoint's port).
 NOT_DATA = ("logs", "benchmarks", "llm", ".gymforge", "config.json")
 

@@ -32,7 +32,7 @@ STEPS: dict[str, tuple[str, str]] = {  # verb: (module:function, help)
     "task-configs": ("gymforge.stages.generation:task_configs", "stage 3.3a: write and validate the MLGym configs"),
     "starter-code": ("gymforge.stages.generation:starter_code", "stage 3.3b: write and validate the starter code, emit the MLGym tree"),
     "verify-environment": ("gymforge.stages.verification:verify_environment", "stage 3.4: verify one task (baseline, evaluation, teacher episode, debug loop)"),
-    "micro-task": ("gymforge.stages.micro:micro_task", "micro-scale variant of one verified task: subsample, verify (SPEC 3.9)"),
+    "micro-task": ("gymforge.stages.micro:micro_task", "micro-scale variant of one verified task: subsample, verify (docs/rl.md)"),
     "rollout-shard": ("gymforge.stages.rollouts:rollout_shard", "stage 3.5: run (or resume) one shard of teacher rollouts of a task"),
     "student-tokenizer": ("gymforge.stages.sft:student_tokenizer", "save the student's tokenizer (offline: train one locally)"),
     "sft-dataset": ("gymforge.stages.sft:sft_dataset", "stage 3.6: filter the rollouts into the SFT dataset and its stats"),

@@ -1,4 +1,4 @@
-"""The benchmark models are scored on: gymforge's built-in offline suite or MLGym-Bench (SPEC 3.8, 5).
+"""The benchmark models are scored on: gymforge's built-in offline suite or MLGym-Bench (docs/scores.md, Benchmark).
 
 `suite` loads the tasks (`load_benchmark`), `decontamination` keeps synthesized tasks disjoint from them,
 `generate` rebuilds the built-in suite's data files.

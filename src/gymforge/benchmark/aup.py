@@ -1,4 +1,5 @@
-"""Best Attempt, Best Submission and AUP (area under the performance profile) of MLGym-format runs (SPEC 4.5, 4.6).
+"""Best Attempt, Best Submission and AUP (area under the performance profile) of MLGym-format runs
+(docs/scores.md, Scores).
 
 Input: run folders named `<model>__<task>__<anything>`, each holding a `results.json` of the form
 `{"agent": [<metric dict>, ...], "baseline": <metric dict>}` (the agent's scores in order, one per validate or
@@ -14,7 +15,7 @@ Pipeline:
 4. `aup_csv` (the `Model,Best AUP,Last AUP` table) and `summarize` (a JSON-able report for `scores.json`).
 `run_aup` chains them for the `gymforge aup` command.
 
-The algorithm is SPEC 4.6 (MLGym's `calculate_performance_ratios`, `compute_performance_profile`, `compute_aup`).
+The algorithm is MLGym's (`calculate_performance_ratios`, `compute_performance_profile`, `compute_aup`).
 Degenerate cases, where MLGym crashes or is undefined, are decided here:
 - A ratio that divides by zero (higher is better: a feasible score of 0 while the best is > 0; lower is better: a
   feasible score > 0 while the best is 0) is treated like an infeasible score: it gets worst_ratio * (1 + eps), and
@@ -85,7 +86,7 @@ class _MetaEntry(BaseModel):
 
 
 def mlgym_task_meta() -> dict[str, TaskMeta]:
-    """MLGym-Bench's 13 tasks (SPEC 4.6), in MLGym's order."""
+    """MLGym-Bench's 13 tasks, in MLGym's order."""
     return {tid: TaskMeta(id=tid, metric=pm.metric, higher_is_better=pm.higher_is_better)
             for tid, pm in BENCHMARK_TASKS.items()}
 
@@ -425,7 +426,7 @@ class TaskRatios(BaseModel):
 
 def task_ratios(values: Mapping[str, float | None], baseline: float | None, higher_is_better: bool,
                 eps: float = EPS) -> TaskRatios:
-    """SPEC 4.6 performance ratios of one task; `values` is model -> score (the baseline included as a model).
+    """MLGym's performance ratios of one task; `values` is model -> score (the baseline included as a model).
 
     Feasible: score >= 0 and score >= baseline (higher is better) / score <= baseline (lower is better); the baseline
     condition is dropped when `baseline` is None. Best = max / min of the feasible scores; ratio = best / score

@@ -1,4 +1,5 @@
-"""Decontamination: no synthesized task may share a dataset or a task family with the benchmark (SPEC 5).
+"""Decontamination: no synthesized task may share a dataset or a task family with the benchmark
+(docs/scores.md, Benchmark).
 
 A synthesized task (an MLGym-layout tree: `configs/tasks/<id>.yaml` and its dataset configs) conflicts
 with a benchmark task when

@@ -1,4 +1,4 @@
-"""The benchmark the models are scored on (SPEC 3.8, 5): gymforge's built-in suite or MLGym's 13 tasks.
+"""The benchmark the models are scored on (docs/scores.md, Benchmark): gymforge's built-in suite or MLGym's 13 tasks.
 
 The built-in suite is a tree in MLGym's layout under `tasks/` (`configs/tasks/<id>.yaml`,
 `configs/datasets/<name>.yaml`, `data/<id>/...`) of tasks written for this project: they run offline
@@ -75,7 +75,7 @@ BUILTIN: dict[str, _Meta] = {
     for task_id, m in _META["builtin"].items()
 }
 
-# MLGym-Bench's 13 tasks (SPEC 4.6): metric and direction come from gymforge.tasks.mlgym.BENCHMARK_TASKS.
+# MLGym-Bench's 13 tasks: metric and direction come from gymforge.tasks.mlgym.BENCHMARK_TASKS.
 MLGYM: dict[str, tuple[str, tuple[str, ...], tuple[str, ...]]] = {
     task_id: (m["family"], tuple(m["keywords"]), tuple(m["datasets"])) for task_id, m in _META["mlgym"].items()
 }

@@ -1,4 +1,4 @@
-"""Micro-scale variants of verified tasks (SandMLE; SPEC 3.9): the RL environments.
+"""Micro-scale variants of verified tasks (SandMLE; docs/rl.md, Micro tasks): the RL environments.
 
 A micro task is its verified task with the training split subsampled to `micro.max_train_rows` rows
 (the test split, the files, the metric and the evaluation stay as they are), verified the way stage 3.4

@@ -58,7 +58,7 @@ class SandboxRef(BaseModel):
 
 
 class RolloutRecord(BaseModel):
-    """One teacher episode: the MLGym-compatible trajectory (SPEC 4.5) plus where and how it was produced.
+    """One teacher episode: the MLGym-compatible trajectory (`.traj` keys) plus where and how it was produced.
 
     Per-step token counts (`prompt_tokens`, `completion_tokens`) and timings (`query_time`,
     `execution_time`) are fields of every `trajectory.trajectory[*]` step.

@@ -19,7 +19,7 @@ Filters, in order; a rejected trajectory is counted under the first it fails:
    trajectory whose only flags are `eval_edit_rejected` (an edit of an evaluation script that changed
    nothing) is kept while `filter.keep_eval_edit_rejected` (the default);
 1. `no_successful_submission`: no score entry with a valid (finite, numeric) metric, from `validate`,
-   `submit` or an auto-submission alike (SPEC 3.6);
+   `submit` or an auto-submission alike (docs/training.md, Filters);
 2. `no_assistant_turn`: nothing to learn from (every reply was malformed);
 3. `too_long`: more than `filter.max_tokens` tokens in the student's tokenizer, chat template applied
    (exactly `max_tokens` is kept);

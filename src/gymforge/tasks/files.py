@@ -31,7 +31,8 @@ from gymforge.tasks.mlgym import (
     workspace_source,
 )
 
-# SPEC 3.3: installed for every task; anything else needs requirements.txt and use_generic_conda: false.
+# The generic packages (MLGym's `use_generic_conda: true`): installed for every task; anything else needs
+# requirements.txt and use_generic_conda: false.
 GENERIC_PACKAGES = (
     "numpy", "pandas", "scipy", "torch", "scikit-learn", "tqdm", "datasets", "gymnasium", "transformers",
     "matplotlib", "torchvision",

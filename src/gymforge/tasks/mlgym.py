@@ -1,4 +1,4 @@
-"""MLGym's task and dataset config formats as Pydantic models (SPEC 4.1-4.3).
+"""MLGym's task and dataset config formats as Pydantic models (docs/verification.md: how MLGym's configs are read).
 
 Semantics follow facebookresearch/MLGym (`mlgym/configs/task.py`, `mlgym/environment/tasks.py`,
 `mlgym/environment/env.py`):
@@ -43,7 +43,7 @@ class PriorityMetric(NamedTuple):
     higher_is_better: bool
 
 
-# MLGym-Bench's 13 tasks and the metric that ranks their scores (SPEC 4.6).
+# MLGym-Bench's 13 tasks and the metric, with its direction, by which MLGym's AUP ranks their scores.
 BENCHMARK_TASKS: dict[str, PriorityMetric] = {
     "regressionKaggleHousePrice": PriorityMetric("r2", True),
     "3SATTime": PriorityMetric("Time", False),

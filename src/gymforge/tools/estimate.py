@@ -114,7 +114,7 @@ DEFAULTS: dict[str, Constant] = {
     "eval_cpu_s_per_run": Constant(8.74, "assumption", "= rollout_cpu_s"),
 }
 
-MLGYM_TASKS = 13  # SPEC 4.6: MLGym's 13 tasks, used when the checkout is not at hand
+MLGYM_TASKS = 13  # MLGym-Bench's 13 tasks, used when the checkout is not at hand
 
 
 # ---- measuring a finished run -----------------------------------------------------------------------
