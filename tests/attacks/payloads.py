@@ -530,24 +530,31 @@ print("\\n".join(sorted(seen)))
 '''
 
 MEMORY_HOGS = '''
-"""N children each hold MB MiB (touched); print how many held their memory at the same time."""
+"""N children each hold MB MiB (touched); print how many held their memory at the same time.
+
+A child counts while it is still running and has written its marker: one the memory limit killed after its
+marker was written (the kernel may pick any of them) left the marker behind but holds nothing."""
 import os, sys, time
 n, mb = int(sys.argv[1]), int(sys.argv[2])
+pids = []
 for i in range(n):
-    if os.fork() == 0:
+    pid = os.fork()
+    if pid == 0:
         try:
             block = b"x" * (mb << 20)
             open(f"/tmp/held{i}", "w").close()
             time.sleep(3)
         finally:
             os._exit(0)
+    pids.append(pid)
 time.sleep(2)
-print("HELD", len([f for f in os.listdir("/tmp") if f.startswith("held")]), flush=True)
-for _ in range(n):
+running = [i for i, pid in enumerate(pids) if os.waitpid(pid, os.WNOHANG)[0] == 0]
+print("HELD", sum(os.path.exists(f"/tmp/held{i}") for i in running), flush=True)
+for pid in pids:
     try:
-        os.wait()
+        os.waitpid(pid, 0)
     except ChildProcessError:
-        break
+        pass
 '''
 
 FD_HOGS = '''
