@@ -161,6 +161,7 @@ def _verify(cfg: GymforgeConfig, slot: str, proposal: ProposalRecord, configs: G
             code: GenerationRecord, tree: Path, verified: Path) -> VerificationReport:
     report = VerificationReport(item=slot, status="ok", task_id=code.task_id, entrypoint=code.entrypoint)
     source, last_good = "generation", code
+    metric_text = proposal.proposal.metric if proposal.proposal else ""
     with tempfile.TemporaryDirectory(dir=verified.parent, prefix=f".{slot}-work-") as scratch:
         scratch = Path(scratch)
         for iteration in range(1, cfg.verification.max_iterations + 1):
@@ -174,8 +175,7 @@ def _verify(cfg: GymforgeConfig, slot: str, proposal: ProposalRecord, configs: G
                 last_good = code
                 hidden = answer_columns(proposal, code)
                 outcome = _attempt(cfg, tree, scratch / f"run{iteration}", hidden, episode_dir,
-                                   derive_seed(cfg.seed, "verification", slot, iteration), it,
-                                   proposal.proposal.metric if proposal.proposal else "")
+                                   derive_seed(cfg.seed, "verification", slot, iteration), it, metric_text)
             if outcome is not None:
                 env, episode_usage = outcome
                 report.usage.add(episode_usage)
@@ -183,8 +183,7 @@ def _verify(cfg: GymforgeConfig, slot: str, proposal: ProposalRecord, configs: G
                 shutil.copytree(episode_dir, verified / "episode")
                 report.baseline_scores, report.hidden_columns = [it.baseline_scores], hidden
                 report.task_id, report.entrypoint = code.task_id, code.entrypoint
-                report.metric, report.higher_is_better = proposal_metric(
-                    proposal.proposal.metric if proposal.proposal else "", it.baseline_scores or {})
+                report.metric, report.higher_is_better = proposal_metric(metric_text, it.baseline_scores or {})
                 break
             if iteration == cfg.verification.max_iterations:
                 report.status = "discarded"

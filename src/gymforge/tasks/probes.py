@@ -34,7 +34,7 @@ import os
 import random
 import re
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
@@ -598,8 +598,7 @@ def build_probes(env: TaskEnvironment, *, seed: int, sample: bytes | None = None
 
 
 def run_probes(env: TaskEnvironment, probes: Iterable[Probe], *, baseline: float, metric: str,
-               higher_is_better: bool, stop_at_first: bool = False,
-               on_outcome: Callable[[ProbeOutcome], None] | None = None) -> list[ProbeOutcome]:
+               higher_is_better: bool, stop_at_first: bool = False) -> list[ProbeOutcome]:
     """Evaluate each probe in `env`'s workspace, as a submission; the workspace is put back after each.
     `stop_at_first`: stop at the first gameable probe (one suffices to send a draft back for repair)."""
     ws = _Workspace(env.workspace)
@@ -631,8 +630,6 @@ def run_probes(env: TaskEnvironment, probes: Iterable[Probe], *, baseline: float
             ws.restore(saved)
         outcome.seconds = round(time.monotonic() - started, 3)
         outcomes.append(outcome)
-        if on_outcome is not None:
-            on_outcome(outcome)
         if stop_at_first and outcome.gameable:
             break
     return outcomes

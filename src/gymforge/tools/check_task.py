@@ -59,7 +59,7 @@ def check_task(task_yaml: Path, root: Path | None = None, out: Path = Path("chec
         default = limits_of(base)
         limits = default.model_copy(update={"cpu_seconds": max(default.cpu_seconds, timeout * (os.cpu_count() or 1))})
     runner = EpisodeRunner(sandbox_for(base, gpus), limits, dataset_cache, gpus=gpus)
-    env = runner.environment(task_yaml, root=root if root is not None else None, run_dir=Path(out) / "probe",
+    env = runner.environment(task_yaml, root=root, run_dir=Path(out) / "probe",
                              hidden_columns=hidden_columns)
     env.install()
     baseline = measure_baseline(env)
