@@ -32,7 +32,7 @@ SOCK=$RUN/docker.sock
 # One setup at a time (parallel test workers may all ask for the daemon): the others wait, then reuse it.
 mkdir -p "$(dirname "$STATE")"
 exec 9>"$STATE.setup.lock"
-flock 9
+flock -w 1200 9 || { echo "docker_sandbox: error: another setup held $STATE.setup.lock for 20 min" >&2; exit 1; }
 export DOCKER_HOST=unix://$SOCK
 # The legacy builder needs no buildx plugin and honours --network=none.
 export DOCKER_BUILDKIT=0
@@ -57,11 +57,12 @@ fi
 if ! docker info >/dev/null 2>&1; then
     mkdir -p "$STATE/data" "$RUN/exec"
     log "starting dockerd on $SOCK (log: $STATE/dockerd.log)"
-    # setsid + nohup: the daemon must outlive this script and the shell that called it.
+    # setsid + nohup: the daemon must outlive this script and the shell that called it. `9>&-`: the daemon must
+    # not inherit the setup lock, or it would hold it for its whole life and the next setup would wait forever.
     setsid nohup dockerd \
         --iptables=false --ip6tables=false --ip-forward=false --ip-masq=false --bridge=none \
         --data-root "$STATE/data" --exec-root "$RUN/exec" --pidfile "$RUN/dockerd.pid" \
-        -H "unix://$SOCK" >"$STATE/dockerd.log" 2>&1 </dev/null &
+        -H "unix://$SOCK" >"$STATE/dockerd.log" 2>&1 </dev/null 9>&- &
     for _ in $(seq 100); do
         docker info >/dev/null 2>&1 && break
         kill -0 $! 2>/dev/null || die "dockerd exited: $(tail -5 "$STATE/dockerd.log")"

@@ -36,6 +36,14 @@ def ws(tmp_path: Path) -> Path:
     return d
 
 
+def test_setup_runs_again_while_its_daemon_runs(docker_backend: DockerBackend) -> None:
+    # Every test module that needs the daemon calls the script; a daemon that inherited the setup lock made the
+    # second call wait forever.
+    r = subprocess.run(["bash", str(SCRIPT)], capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.strip().splitlines()[-1].startswith("DOCKER_HOST=unix://")
+
+
 def test_echo_and_persistence(docker_backend: DockerBackend, ws: Path) -> None:
     with docker_backend.open(ws, limits=LIMITS) as s:
         r = s.run("echo hello; echo oops >&2", timeout=30)
