@@ -55,7 +55,7 @@ from pathlib import Path
 from typing import Any
 
 from gymforge.agent.audit import Auditor
-from gymforge.tools.import_trajectories import MLGYM_EVALUATION, MLGYM_WORKDIR, mlgym_flags
+from gymforge.agent.sources import MLGYM_EVALUATION, MLGYM_WORKDIR, mlgym_flags
 
 EVALUATOR = posixpath.join(MLGYM_WORKDIR, MLGYM_EVALUATION[0])
 _HEADER = re.compile(r"^\[File: (.+?) \((\d+) lines total\)\]$")

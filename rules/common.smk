@@ -7,7 +7,7 @@ import sys
 
 from gymforge.core import atomic
 from gymforge.benchmark.suite import load_benchmark
-from gymforge.stages.datasets import (
+from gymforge.tasks.datacache import (
     KEY_PATTERN,
     MANIFEST,
     cache_root,

@@ -25,7 +25,7 @@ rule score_table:
 
 rule run_summary:
     input:
-        # The funnel reads every stage's records (gymforge.tools.status.collect); besides these it reads the
+        # The funnel reads every stage's records (gymforge.report.funnel.collect); besides these it reads the
         # LLM ledger (results/llm) and the jobs' failure records (logs/**/*.failed.json): logs every job appends
         # to, not rule outputs (the one exception tests/test_rule_inputs.py allows).
         f"{R}/config.json",

@@ -1,6 +1,6 @@
 # Stage 3.6: the student's tokenizer, the filters -> SFT dataset + stats, and the plots; target `trajectories`.
 from gymforge.core.prompts import templates_dir
-from gymforge.tools.import_trajectories import extra_source_files
+from gymforge.agent.sources import extra_source_files
 
 SFT = f"{R}/sft"
 # sft.extra_sources: every file an import reads is an input, so a changed, added or removed trajectory reruns
@@ -43,7 +43,8 @@ rule sft_dataset:
     benchmark:
         f"{BENCH}/sft/dataset.tsv"
     params:
-        digest=CFG.digest("filter", "student", *(["sft"] if CFG.sft.extra_sources else [])),
+        # sft: extra_sources, example_unit and the student's train.max_length (rerun_view)
+        digest=CFG.digest("filter", "student", "sft"),
     resources:
         mem_mb=4096,
     shell:

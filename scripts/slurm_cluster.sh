@@ -137,8 +137,9 @@ MpiDefault=none
 SchedulerType=sched/backfill
 SelectType=select/cons_tres
 SelectTypeParameters=CR_Core
-# squeue keeps finished jobs this long: the Snakemake plugin's --slurm-status-command squeue needs >= 120 s.
-MinJobAge=300
+# squeue keeps finished jobs this long: the Snakemake plugin's --slurm-status-command squeue needs >= 120 s, and the
+# end-to-end check asks squeue for every job of its run after the run (over 300 s on a loaded 2-core machine).
+MinJobAge=3600
 AccountingStorageType=accounting_storage/none
 JobAcctGatherType=jobacct_gather/none
 JobCompType=jobcomp/none

@@ -130,7 +130,7 @@ if smk_rc == 0 and not expected_remote <= remote:
 if not slurm_ids:
     problems.append("no SLURM job id in the Snakemake log")
 
-# The controller still knows every job (MinJobAge=300 s): all must be COMPLETED.
+# The controller still knows every job (MinJobAge=3600 s): all must be COMPLETED.
 states, jobs = {}, {}
 if run_id:
     out = subprocess.run(["squeue", "--states=all", "--noheader", "--format=%i|%T|%P|%b|%k", "--name", run_id.group(1)],

@@ -8,11 +8,11 @@ import json
 from pathlib import Path
 from typing import Any
 
-from gymforge.agent.trajectory import AgentInfo, ModelStats, Trajectory, TrajectoryStep
 from gymforge.core.config import GymforgeConfig
 from gymforge.core.records import (Attempt, GenerationRecord, ProposalRecord, TaskProposal, TopicBatch, TopicSlot,
                             UsageRecord, VerificationIteration, VerificationReport)
-from gymforge.stages.rollouts import RolloutRecord, SandboxRef, ShardRecord, TeacherRef
+from gymforge.core.records import (AgentInfo, ModelStats, RolloutRecord, SandboxRef, ShardRecord, TeacherRef, Trajectory,
+                                   TrajectoryStep)
 
 TASK_ID = "demoTask"
 SCRIPT_OBS = "<script>alert('x')</script> & more"

@@ -24,6 +24,7 @@ from gymforge.tasks.environment import InstallError, TaskEnvironment
 from gymforge.hub import get_hub
 from gymforge.offline.hub import OfflineHub
 from gymforge.stages import datasets as pf
+from gymforge.tasks import datacache
 from gymforge.sandbox import Limits, get_sandbox
 from gymforge.sandbox.local import LocalBackend
 
@@ -81,7 +82,7 @@ def hf_cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 def _load_in_sandbox(backend, cache: Path, dataset_id: str, ws: Path) -> tuple[str, int]:
     ws.mkdir(parents=True, exist_ok=True)
-    mounts, env = pf.sandbox_view(cache, [dataset_id], ws.parent / "hf-home")
+    mounts, env = datacache.sandbox_view(cache, [dataset_id], ws.parent / "hf-home")
     r = backend.run_once(ws, [sys.executable, "-c", LOAD.format(id=dataset_id)], timeout=120, limits=Limits(),
                          mounts=mounts, env=env)
     return r.output, r.exit_code
@@ -93,27 +94,27 @@ def _load_in_sandbox(backend, cache: Path, dataset_id: str, ws: Path) -> tuple[s
 @pytest.mark.parametrize("dataset_id", ["sklearn/iris", "uoft-cs/cifar10", "HuggingFaceFW/fineweb-edu",
                                         "nyu-mll/multi_nli", "imdb", "a.b/c_d.e"])
 def test_key_round_trip(dataset_id: str) -> None:
-    key = pf.dataset_key(dataset_id)
-    assert "/" not in key and re.fullmatch(pf.KEY_PATTERN, key)
-    assert pf.dataset_id_of(key) == dataset_id
+    key = datacache.dataset_key(dataset_id)
+    assert "/" not in key and re.fullmatch(datacache.KEY_PATTERN, key)
+    assert datacache.dataset_id_of(key) == dataset_id
 
 
 @pytest.mark.parametrize("bad", ["", "a/b/c", "../x", "a--b/c", "a/b c", "/abs"])
 def test_key_rejects_what_is_not_a_hub_id(bad: str) -> None:
     with pytest.raises(ValueError):
-        pf.dataset_key(bad)
+        datacache.dataset_key(bad)
 
 
 def test_cache_root_defaults_under_cache_dir(tmp_path: Path) -> None:
-    assert pf.cache_root(GymforgeConfig(cache_dir=str(tmp_path))) == tmp_path / "datasets"
-    assert pf.cache_root(GymforgeConfig(datasets={"cache_dir": "/x/y"})) == Path("/x/y")
+    assert datacache.cache_root(GymforgeConfig(cache_dir=str(tmp_path))) == tmp_path / "datasets"
+    assert datacache.cache_root(GymforgeConfig(datasets={"cache_dir": "/x/y"})) == Path("/x/y")
     # Where the cache lives is not a setting that reruns proposals.
     assert GymforgeConfig(datasets={"cache_dir": "/x/y"}).digest("datasets") == GymforgeConfig().digest("datasets")
 
 
 def test_offline_prefetch_manifest_and_layout(iris_cache: Path) -> None:
     entry = iris_cache / "sklearn--iris"
-    manifest = pf.read_manifest(iris_cache, "sklearn/iris")
+    manifest = datacache.read_manifest(iris_cache, "sklearn/iris")
     assert manifest.splits == {"train": 120, "test": 30} and manifest.rows == 150 and manifest.hub == "offline"
     assert manifest.bytes > 0 and set(manifest.versions) == {"datasets", "huggingface_hub", "pyarrow"}
     assert (entry / manifest.path).is_dir() and manifest.path == "datasets/sklearn___iris"
@@ -160,13 +161,13 @@ def test_a_failed_refetch_keeps_the_old_entry(offline_hub: OfflineHub, tmp_path:
     monkeypatch.setattr(pf, "_prepare_offline", lambda *a: (_ for _ in ()).throw(RuntimeError("network gone")))
     with pytest.raises(RuntimeError, match="network gone"):
         pf.prefetch(offline_hub, "sklearn/wine", tmp_path)
-    assert pf.read_manifest(tmp_path, "sklearn/wine") == before
+    assert datacache.read_manifest(tmp_path, "sklearn/wine") == before
     assert [p.name for p in tmp_path.iterdir() if not p.name.endswith(".lock")] == ["sklearn--wine"]
 
 
 def test_missing_entry_is_a_clear_error(tmp_path: Path) -> None:
     with pytest.raises(FileNotFoundError, match=r"not in the dataset cache .*fetch-dataset"):
-        pf.sandbox_view(tmp_path, ["owner/absent"], tmp_path / "hf-home")
+        datacache.sandbox_view(tmp_path, ["owner/absent"], tmp_path / "hf-home")
 
 
 # --- loading inside sandboxes ---
@@ -194,7 +195,7 @@ def test_offline_dataset_loads_by_id_in_a_sandbox_from_the_read_only_cache(iris_
     assert code == 0 and "ROWS {'train': 120, 'test': 30}" in out, out
     if backend.confinement == "bwrap":
         entry = (iris_cache / "sklearn--iris").resolve()
-        mounts, env = pf.sandbox_view(iris_cache, ["sklearn/iris"], tmp_path / "run" / "hf-home")
+        mounts, env = datacache.sandbox_view(iris_cache, ["sklearn/iris"], tmp_path / "run" / "hf-home")
         shown = mounts[0].target  # a fixed path in the sandbox: no host path reaches it
         assert shown == "/hf-datasets/sklearn--iris" and env["HF_HOME"] == "/hf-home"
         r = backend.run_once(tmp_path / "run" / "ws", ["bash", "-c", f"touch {shown}/x; rm -rf {shown}/datasets"],
@@ -204,9 +205,9 @@ def test_offline_dataset_loads_by_id_in_a_sandbox_from_the_read_only_cache(iris_
 
 
 def test_huggingface_dataset_loads_offline_in_a_subprocess(hf_cache: Path, tmp_path: Path) -> None:
-    manifest = pf.read_manifest(hf_cache, TINY_ID)
+    manifest = datacache.read_manifest(hf_cache, TINY_ID)
     assert manifest.hub == "huggingface" and manifest.splits == {"train": 10, "test": 4}
-    mounts, env = pf.sandbox_view(hf_cache, [TINY_ID], tmp_path / "hf-home", fixed=False)
+    mounts, env = datacache.sandbox_view(hf_cache, [TINY_ID], tmp_path / "hf-home", fixed=False)
     # A plain subprocess, offline, with the hub endpoint gone: the cache is all there is.
     env = {**os.environ, **env, "HF_ENDPOINT": "http://127.0.0.1:9"}
     r = subprocess.run([sys.executable, "-c", LOAD.format(id=TINY_ID)], env=env, capture_output=True, text=True,
@@ -342,7 +343,7 @@ def test_benchmark_hub_datasets_are_fetch_targets(tmp_path: Path) -> None:
 
     root = fake_mlgym(tmp_path / "MLGym")
     fmnist = root / "configs" / "tasks" / "imageClassificationFMnist.yaml"
-    assert pf.task_dataset_ids(fmnist, root) == ["zalando-datasets/fashion_mnist"]
+    assert datacache.task_dataset_ids(fmnist, root) == ["zalando-datasets/fashion_mnist"]
     # MLGym-Bench's ids are not on the offline hub: they can only come from the real one.
     offline = GymforgeConfig(cache_dir=str(tmp_path / "cache"))
     assert pf.fetch_hub(offline, "zalando-datasets/fashion_mnist").name == "huggingface"

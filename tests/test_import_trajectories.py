@@ -12,14 +12,13 @@ from typing import Any
 
 import pytest
 
-from gymforge.agent.audit import Flag
-from gymforge.agent.trajectory import AgentInfo, Trajectory, TrajectoryStep
+from gymforge.agent.sources import import_candidates, mlgym_messages, mlgym_model, source_files
 from gymforge.core.config import GymforgeConfig
-from gymforge.tools.import_trajectories import import_candidates, mlgym_messages, mlgym_model, source_files
 from gymforge.tools.import_trajectories import import_trajectories as run_import
 from gymforge.core.prompts import templates_dir
 from gymforge.stages.sft import build_sft
-from gymforge.stages.rollouts import RolloutRecord, SandboxRef, ShardRecord, TeacherRef
+from gymforge.core.records import (AgentInfo, Flag, RolloutRecord, SandboxRef, ShardRecord, TeacherRef, Trajectory,
+                                   TrajectoryStep)
 from gymforge.student.tokenizer import build_tokenizer
 
 RUN = "metagen-modelX__taskA__default__t-0.00__p-0.95__c-4.00__install-0__parallel_agents_run_{k}"
@@ -291,7 +290,7 @@ def test_released_mlgym_trajectories_audit():
     """The audit of every released run: of the 39 runs that aim a file tool at evaluate.py, the 6 whose edits
     applied stay eval_tamper and the other 33 (and 2 of the 6) have edits MLGym refused, eval_edit_rejected
     (bench/audit_precision.py checks both against the evaluator's listings)."""
-    from gymforge.tools.import_trajectories import mlgym_flags
+    from gymforge.agent.sources import mlgym_flags
 
     trajs = sorted((Path(os.environ["MLGYM_ROOT"]) / "trajectories").rglob("*.traj"))
     if not trajs:

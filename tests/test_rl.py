@@ -19,8 +19,7 @@ from typing import Any
 
 import pytest
 
-from gymforge.agent.audit import Flag
-from gymforge.agent.trajectory import AgentInfo, Trajectory, TrajectoryStep
+from gymforge.core.records import AgentInfo, Flag, Trajectory, TrajectoryStep
 from gymforge.core.config import GymforgeConfig, RewardConfig
 from gymforge.rl import grpo
 from gymforge.rl.rewards import Episode, TaskMetric, episode_reward, improvement, metric_direction

@@ -18,7 +18,8 @@ from typing import Any
 import pytest
 
 from gymforge.core.config import GymforgeConfig
-from gymforge.stages.sft import build_sft, requests_of, sft_messages
+from gymforge.agent.trajectory import reply_chats, requests_of, sft_messages
+from gymforge.stages.sft import build_sft
 from gymforge.core.records import VerificationReport, derive_seed
 from gymforge.stages.rollouts import (RolloutRecord, ShardRecord, parts_dir, rollout_seed, rollout_shard, shard_count,
                                       shard_ids, shard_rollouts)
@@ -218,6 +219,8 @@ def test_sft_messages_equal_what_the_endpoint_received(shard_run):
         # the example = the final request as sent + the reply the endpoint returned to it
         accepted = [(m, r) for m, r in sent if not r.startswith("I think")]  # the malformed reply was re-asked
         assert (example[:-1], example[-1]["content"]) == accepted[-1]
+        # the `request` unit's examples = every accepted reply with the request that got it (re-asks included)
+        assert [(chat[:-1], chat[-1]["content"]) for chat in reply_chats(rec.trajectory)] == accepted
         if rec.seed % 4 == 1:
             assert any(m[-1]["content"].startswith(FORMAT_ERROR) for m, _ in sent)
         elided = [m for m in example if m["content"].startswith("Old output omitted (")]

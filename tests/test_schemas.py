@@ -1,6 +1,6 @@
 from pathlib import Path
 
-from gymforge.core.schemas import check_schemas
+from gymforge.tools.schemas import check_schemas
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -11,7 +11,7 @@ def test_checked_in_schemas_match_the_models():
 
 
 def test_check_detects_drift(tmp_path):
-    from gymforge.core.schemas import write_schemas
+    from gymforge.tools.schemas import write_schemas
 
     write_schemas(tmp_path)
     assert check_schemas(tmp_path) == []

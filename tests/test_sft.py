@@ -9,11 +9,11 @@ from typing import Any
 import pytest
 from huggingface_hub import DatasetCard
 
-from gymforge.agent.trajectory import AgentInfo, Trajectory, TrajectoryStep
+from gymforge.agent.trajectory import sft_messages
 from gymforge.core.config import GymforgeConfig
 from gymforge.core.prompts import render, templates_dir
-from gymforge.stages.sft import build_sft, export_sft, is_successful, sft_messages
-from gymforge.stages.rollouts import RolloutRecord, SandboxRef, ShardRecord, TeacherRef
+from gymforge.core.records import AgentInfo, RolloutRecord, SandboxRef, ShardRecord, TeacherRef, Trajectory, TrajectoryStep
+from gymforge.stages.sft import build_sft, export_sft, is_successful
 from gymforge.student.tokenizer import build_tokenizer, count_chat_tokens, load_tokenizer
 
 EXIT_STATUSES = ["submitted", "autosubmission (max_steps)", "autosubmission (format)", "autosubmission (context)",
@@ -159,8 +159,11 @@ def test_jsonl_dataset_and_stats_agree(tmp_path, tokenizer_dir):
     assert ds.to_list() == rows and len(rows) == stats["kept"] == 3
     row = rows[0]
     assert set(row) == {"id", "messages", "slot", "task", "rollout", "seed", "teacher", "exit_status", "metric",
-                        "score", "scores", "tokens", "turns", "source"}
+                        "score", "scores", "tokens", "turns", "source", "unit", "reply"}
     assert json.loads(row["source"]) == {"origin": "rollouts", "format": "gymforge-shard"}
+    # every trajectory fits the default train.max_length: auto resolves to one example per trajectory
+    assert (row["unit"], row["reply"], stats["example_unit"], stats["examples"]) == ("conversation", None,
+                                                                                     "conversation", 3)
     assert (row["task"], row["seed"], row["metric"], row["score"], row["exit_status"], row["turns"]) == (
         "taskA", 1000, "rmse", 1.0, "submitted", 3)
     assert json.loads(row["scores"]) == [{"rmse": 3.0}, {"rmse": 1.0}]
@@ -193,8 +196,9 @@ def test_export_is_a_folder_load_dataset_reads(tmp_path, tokenizer_dir):
     meta = DatasetCard.load(out / "README.md").data  # the hub's own parser reads the card's metadata
     assert (meta.license, meta.license_name, meta.size_categories) == ("other", "mixed-see-card", ["n<1K"])
     assert meta.task_categories == ["text-generation"] and "sft" in meta.tags and card.endswith("```\n")
-    for needle in (stats["config_hash"], "gymforge-offline-teacher@0.5", "kept (rows): 2", "no_successful_submission",
-                   "sklearn/diabetes", "## License", "push_to_hub", "48000"):
+    for needle in (stats["config_hash"], "gymforge-offline-teacher@0.5", "kept trajectories: 2",
+                   "rows: 2 examples, unit `conversation`", "| conversation (this dataset) | 2 |",
+                   "no_successful_submission", "sklearn/diabetes", "## License", "push_to_hub", "48000"):
         assert needle in card, needle
     assert (out / "plots" / "kept_per_task.png").exists() and (out / "stats.json").exists()
     # a new export to a folder of the same name loads the new rows, not a cached copy of the old ones

@@ -19,7 +19,7 @@ REPO = Path(__file__).resolve().parents[1]
 SCRIPTS = REPO / "scripts"
 SKIP = 77  # slurm_cluster.sh / slurm_e2e.sh: SLURM cannot run here
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.serial]  # the end-to-end run is timed: alone, after the parallel phase
 
 
 def clean_env(**extra: str) -> dict[str, str]:
@@ -74,7 +74,7 @@ def e2e(tmp_path_factory):
 
 def test_e2e_runs_every_job_through_slurm(e2e):
     proc, summary, elapsed, _was_running = e2e
-    assert proc.returncode == 0, proc.stderr[-6000:]
+    assert proc.returncode == 0, f"problems: {summary.get('problems')}\n{proc.stderr[-6000:]}"
     assert summary["ok"] and summary["snakemake_rc"] == 0, summary.get("problems")
     # Every rule with a command ran as a SLURM job; only the shell-less aggregation targets stayed local.
     assert {"topic_batch", "proposal", "verify_environment", "rollout_shard", "sft_dataset"} <= set(summary["remote_rules"])

@@ -209,6 +209,135 @@ def test_bad_inputs_fail_clearly(fixture_dir: Path, tmp_path: Path) -> None:
             training.resolve_precision("fp16")
 
 
+# ---- training on CPU: the LM head on the trained tokens only, the job's threads ----------------------------
+
+
+def _head_run(model: Any, batch: dict[str, Any]) -> tuple[Any, dict[str, Any], int]:
+    """The fused forward and backward of TRL's trainer (`fused_lm_head=True`): its output, the gradients, and the
+    FLOPs of the matmuls that ran."""
+    from torch.utils.flop_counter import FlopCounterMode
+
+    model.zero_grad(set_to_none=True)
+    with FlopCounterMode(display=False) as flops:
+        out = model(**batch, fused_lm_head=True)
+        out.loss.backward()
+    return out, {n: p.grad.clone() for n, p in model.named_parameters()}, flops.get_total_flops()
+
+
+def test_cpu_lm_head_projects_only_the_trained_positions(fixture_dir: Path, tmp_path: Path) -> None:
+    """On CPU, TRL's fused LM head projects every position (on CUDA only the labelled ones); the trainer's projects
+    only the labelled ones, with the same loss, per-token outputs and gradients as TRL's own head."""
+    import torch
+    from transformers import AutoModelForCausalLM
+    from trl.trainer.utils import add_fused_lm_head
+
+    from gymforge.student.cpu_training import compact_lm_head
+
+    turns = [{"role": "system", "content": SYSTEM}, {"role": "user", "content": user("score essays") * 6},
+             {"role": "assistant", "content": "DISCUSSION\nLook first.\n```\nls\n```"},
+             {"role": "user", "content": "Observation: data/ train.csv " * 8}, {"role": "assistant", "content": REPLY}]
+    ds = training.load_sft_dataset(save_dataset([turns], tmp_path / "ds"))
+    trainer = training.build_trainer(make_cfg(), ds, str(fixture_dir / "base"), fixture_dir / "tokenizer",
+                                     tmp_path / "work")
+    assert trainer.args.device.type == "cpu" and trainer.model.forward._gymforge_compact
+    assert not compact_lm_head(trainer.model)  # installed once
+    batch = trainer.data_collator([trainer.train_dataset[0]])
+    labels = batch["labels"][:, 1:]
+    trained, positions = int((labels != -100).sum()), labels.numel()
+    assert 0 < trained < positions // 3
+
+    reference = AutoModelForCausalLM.from_pretrained(str(fixture_dir / "base"), dtype=torch.float32)
+    add_fused_lm_head(reference, outputs=("log_probs", "entropy", "is_top1"))  # what SFTTrainer installs
+    trainer.model.load_state_dict(reference.state_dict())
+    ours, our_grads, our_flops = _head_run(trainer.model, batch)
+    theirs, their_grads, their_flops = _head_run(reference, batch)
+    torch.testing.assert_close(ours.loss, theirs.loss)
+    assert torch.equal(ours.label_mask, theirs.label_mask)
+    torch.testing.assert_close(ours.log_probs, theirs.log_probs)
+    torch.testing.assert_close(ours.entropy, theirs.entropy, rtol=1e-4, atol=1e-5)
+    assert torch.equal(ours.is_top1, theirs.is_top1)
+    assert our_grads.keys() == their_grads.keys()
+    for name, grad in our_grads.items():
+        torch.testing.assert_close(grad, their_grads[name], rtol=1e-4, atol=1e-6, msg=name)
+    # the untrained positions are not projected (hidden x vocabulary); the counter sees at least TRL's forward
+    # projection of them (it misses TRL's in-place gradient matmuls)
+    config = reference.config
+    projection = 2 * config.hidden_size * config.vocab_size
+    assert their_flops - our_flops >= projection * (positions - trained), (their_flops, our_flops)
+
+    # a batch without any trained token still gives a finite zero loss connected to the model
+    batch["labels"][:] = -100
+    empty, _, _ = _head_run(trainer.model, batch)
+    assert empty.loss.item() == 0.0 and not empty.label_mask.any()
+
+
+def test_cpu_lm_head_in_chunks_matches_one_pass(fixture_dir: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A vocabulary too large for one pass is projected in token chunks recomputed in the backward: same result."""
+    import torch
+
+    from gymforge.student import cpu_training
+
+    torch.manual_seed(0)
+    hidden = torch.randn(37, 16, requires_grad=True)
+    weight = torch.randn(50, 16, requires_grad=True)
+    target = torch.randint(0, 50, (37,))
+    results = []
+    for elements in (1 << 25, 50 * 8):  # one pass; chunks of 8 tokens
+        monkeypatch.setattr(cpu_training, "LOGITS_ELEMENTS", elements)
+        hidden.grad = weight.grad = None
+        picked, entropy, top1 = cpu_training.labelled_log_probs(hidden, weight, None, target)
+        (-picked.sum()).backward()
+        results.append((picked.detach(), entropy, top1, hidden.grad.clone(), weight.grad.clone()))
+    for one, chunked in zip(*results, strict=True):
+        torch.testing.assert_close(one, chunked)
+
+
+def test_cpu_threads_are_the_jobs_cores(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    import torch
+
+    from gymforge.student import cpu_training
+    from gymforge.student.cpu_training import cpu_threads, set_cpu_threads
+
+    monkeypatch.setenv("OMP_NUM_THREADS", "3")  # what Snakemake exports for a job of 3 threads
+    assert cpu_threads() == 3 and cpu_threads(processes=2) == 3
+    monkeypatch.delenv("OMP_NUM_THREADS")
+    cpus = len(os.sched_getaffinity(0))  # not os.cpu_count(): taskset, SLURM and containers restrict it
+    quota = cpu_training.cpu_quota()
+    assert cpu_threads() == min(cpus, quota or cpus) and cpu_threads(processes=cpus + 1) == 1
+    # a container's CPU quota (cgroup v2 cpu.max), rounded up
+    for text, cpus_allowed in (("150000 100000\n", 2), ("max 100000\n", None), ("garbage", None)):
+        (tmp_path / "cpu.max").write_text(text)
+        assert cpu_training.cpu_quota(tmp_path / "cpu.max") == cpus_allowed
+    (tmp_path / "cpu.max").write_text("100000 100000")  # one CPU's worth
+    monkeypatch.setattr(cpu_training, "CPU_MAX", tmp_path / "cpu.max")
+    assert cpu_threads() == 1
+    before = torch.get_num_threads()
+    try:
+        assert set_cpu_threads(1) == 1 and torch.get_num_threads() == 1
+    finally:
+        torch.set_num_threads(before)
+
+
+def test_training_process_sets_passive_openmp_before_torch_loads() -> None:
+    """`train_student` asks for OpenMP threads that sleep at barriers (on a shared 2-core machine spinning ones made
+    training 2-4x slower than 1 thread); GNU OpenMP reads the policy once, when torch loads it, so nothing on the way
+    from the CLI to `train_student` may import torch, and an explicit policy is kept."""
+    import subprocess
+
+    from gymforge.student.cpu_training import prepare_cpu_process
+
+    code = ("import os, sys; import gymforge.cli; from gymforge.stages import training; "
+            "assert 'torch' not in sys.modules, 'torch imported before train_student starts'; "
+            "applied = training.prepare_cpu_process(); import torch; print(applied, os.environ['OMP_WAIT_POLICY'])")
+    env = {k: v for k, v in os.environ.items() if k != "OMP_WAIT_POLICY"}
+    for preset, expected in ((None, "True PASSIVE"), ("ACTIVE", "True ACTIVE")):
+        run_env = env if preset is None else {**env, "OMP_WAIT_POLICY": preset}
+        proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=run_env, timeout=120)
+        assert proc.returncode == 0, proc.stderr[-2000:]
+        assert proc.stdout.split() == expected.split()
+    assert prepare_cpu_process() is False  # here torch is loaded: too late, nothing changes
+
+
 # ---- training -----------------------------------------------------------------------------------------
 
 

@@ -3,20 +3,21 @@
 A step's verb, flags and help come from its function's signature (`STEPS`): rule `eval_runs` runs
 `gymforge eval-runs`, which calls `gymforge.stages.evaluation.eval_runs`; parameter `report_out` is flag
 `--report-out`, `cfg` is `--config`. The tools (status, show-*, estimate, run-task, ...) keep hand-written
-parsers."""
+parsers; the function that runs each (`TOOLS`) is imported, like a step's, only when it runs."""
 
 from __future__ import annotations
 
 import argparse
 import importlib
 import inspect
-import json
 import logging
 import sys
 from pathlib import Path
 from typing import Any, Callable
 
+from gymforge.core import gpus, job, plugins
 from gymforge.core.config import ConfigError, GymforgeConfig, load_config
+from gymforge.hub import get_hub
 
 
 def _config(args) -> GymforgeConfig:
@@ -120,173 +121,39 @@ def _print_result(result: Any) -> None:
     print(f"{head}: " + " ".join(f"{k}={fields[k]}" for k in keep if k in fields))
 
 
-def _cmd_import_trajectories(args) -> None:
-    from gymforge.tools.import_trajectories import import_trajectories
+# ---- tools: verb -> the function that runs it with the parsed arguments ------------------------------------
 
-    cfg = _config(args)
-    tokenizer = Path(args.tokenizer) if args.tokenizer else cfg.results / "student" / "tokenizer"
-    if not tokenizer.is_dir():
-        raise ConfigError(f"{tokenizer}: no student tokenizer; build it (snakemake --cores 1 {tokenizer}, or "
-                          f"gymforge student-tokenizer --out DIR) or pass --tokenizer DIR")
-    stats = import_trajectories(cfg, [Path(d) for d in args.dirs], tokenizer, Path(args.out))
-    print(f"kept {stats['kept']} of {stats['rollouts']} trajectories from {stats['tasks']} tasks; "
-          f"discarded {stats['discarded']}; {Path(args.out) / 'dataset'} (datasets.load_from_disk), "
-          f"{Path(args.out) / 'stats.json'}")
-
-
-def _cmd_export_sft(args) -> None:
-    from gymforge.stages.sft import export_sft
-
-    results = Path(args.results) if args.results else _config(args).results
-    out = export_sft(results, Path(args.dir))
-    print(f"{out}: ready for datasets.load_dataset({str(out)!r}) and push_to_hub (see {out / 'README.md'})")
+# Like a step's module, a tool's is imported only when it runs: `gymforge --help` loads none of them (each costs
+# 40 ms to 1 s: the LLM client, pandas, matplotlib), and a command loads only its own.
+TOOLS: dict[str, str] = {
+    "import-trajectories": "gymforge.tools.import_trajectories:main",
+    "aup": "gymforge.benchmark.aup:main",
+    "export-sft": "gymforge.tools.import_trajectories:export_main",
+    "status": "gymforge.tools.status:main",
+    "show-task": "gymforge.tools.show:task_main",
+    "show-trajectory": "gymforge.tools.show:trajectory_main",
+    "estimate": "gymforge.tools.estimate:main",
+    "run-task": "gymforge.tools.run_task:main",
+    "check-task": "gymforge.tools.check_task:main",
+    "schemas": "gymforge.tools.schemas:main",
+}
 
 
-def _cmd_aup(args) -> None:
-    from gymforge.benchmark.aup import AupError, run_aup
-
-    try:
-        print(run_aup(Path(args.runs_dir), tasks=args.tasks, out_csv=Path(args.out) if args.out else None), end="")
-    except AupError as err:
-        sys.exit(f"gymforge aup: {err}")
-
-
-def _cmd_status(args) -> None:
-    from gymforge.tools.status import collect, render_table, watch
-
-    if args.watch:
-        watch(Path(args.results), interval=args.interval, count=args.count)
-        return
-    report = collect(Path(args.results))
-    print(json.dumps(report, indent=2) if args.json else render_table(report))
-
-
-def _cmd_show_task(args) -> None:
-    from gymforge.tools.show import ShowError, render_task, task_summary
-
-    try:
-        summary = task_summary(Path(args.results), args.task)
-    except ShowError as err:
-        sys.exit(f"gymforge show-task: {err}")
-    print(json.dumps(summary, indent=2) if args.json else render_task(summary, full=args.full))
-
-
-def _cmd_show_trajectory(args) -> None:
-    from gymforge.core import atomic
-    from gymforge.tools.show import ShowError, load_episode, render_trajectory_html, render_trajectory_text
-
-    try:
-        traj, context = load_episode(Path(args.path), args.rollout)
-    except ShowError as err:
-        sys.exit(f"gymforge show-trajectory: {err}")
-    if args.html:
-        atomic.write_text(Path(args.html), render_trajectory_html(traj, context))
-        print(f"{args.html}: {len(traj.trajectory)} steps, {traj.info.exit_status or 'unknown'}")
-        return
-    print(render_trajectory_text(traj, context, max_lines=args.max_lines))
-
-
-def _cmd_estimate(args) -> None:
-    from gymforge.tools.estimate import estimate, has_data, load_configs, measure, render
-
-    cfg = load_configs(args.configfile)
-    results = Path(args.results) if args.results else cfg.results
-    measured = None
-    if not args.defaults and has_data(results):
-        measured = measure(results)
-    elif args.results and not args.defaults:
-        print(f"gymforge estimate: {results} holds no finished run; using the default constants", file=sys.stderr)
-    report = estimate(cfg, measured)
-    title = " + ".join(args.configfile) if args.configfile else "config.yaml"
-    print(json.dumps(report, indent=2) if args.json else render(report, title))
-
-
-def _cmd_run_task(args) -> None:
-    from gymforge.agent.trajectory import read_trajectory
-    from gymforge.tools.run_task import run_task
-
-    from gymforge.stages.datasets import cache_root
-
-    cfg = _config(args) if args.policy == "teacher" else None
-    # Hub datasets come from the config's dataset cache; without a config file, from the default one.
-    cache = cache_root(cfg or (_config(args) if Path(args.config).is_file() else GymforgeConfig()))
-    if args.replay and args.policy != "submit-baseline":
-        raise SystemExit("gymforge run-task: --replay replaces --policy; give one of them")
-    traj = run_task(Path(args.task_yaml), Path(args.root) if args.root else None, args.policy, Path(args.out),
-                    sandbox=args.sandbox, cfg=cfg, seed=args.seed, max_steps=args.max_steps, gpus=args.gpus,
-                    dataset_cache=cache, replay=Path(args.replay) if args.replay else None)
-    info = read_trajectory(traj).info
-    print(f"{traj}: {info.exit_status}; scores {info.score}")
-    for flag in info.flags:
-        print(f"  flagged at step {flag.step}: {flag.code}: {flag.detail}")
-
-
-def _cmd_check_task(args) -> None:
-    from gymforge.core import atomic
-    from gymforge.stages.datasets import cache_root
-    from gymforge.tools.check_task import CheckError, check_task
-
-    from gymforge.core.records import VerificationReport
-
-    cfg = _config(args) if Path(args.config).is_file() else GymforgeConfig()
-    direction = {"higher": True, "lower": False}.get(args.direction) if args.direction else None
-    verified = VerificationReport.model_validate_json(Path(args.report).read_text()) if args.report else None
-    metric = args.metric or (verified.metric if verified else None)
-    if direction is None and verified is not None and verified.metric == metric:
-        direction = verified.higher_is_better
-    try:
-        report = check_task(Path(args.task_yaml), Path(args.root) if args.root else None, Path(args.out), cfg=cfg,
-                            sandbox=args.sandbox, seed=args.seed, metric=metric, higher_is_better=direction,
-                            gpus=args.gpus, dataset_cache=cache_root(cfg),
-                            hidden_columns=verified.hidden_columns if verified else None)
-    except CheckError as err:
-        sys.exit(f"gymforge check-task: {err}")
-    if args.json:
-        atomic.write_text(Path(args.json), report.model_dump_json(indent=2))
-    arrow = "higher" if report.higher_is_better else "lower"
-    print(f"{report.task_id}: baseline {report.metric} = {report.baseline:g} ({report.baseline_source}, {arrow} is "
-          f"better); {len(report.probes)} probes in {report.seconds:.1f} s")
-    for o in report.probes:
-        verdict = "GAMEABLE" if o.gameable else ("n/a" if not o.applicable else "rejected" if o.rejected else
-                                                 "no better")
-        detail = o.rejected if o.rejected else f"{report.metric} = {o.score:g}"
-        print(f"  {verdict:<9} {o.name:<26} {detail}")
-    if report.gameable:
-        for o in report.gameable_probes:
-            print(f"\n{o.name}: {o.description}; wrote {o.submission_file}:\n{o.submission}")
-        sys.exit(f"gymforge check-task: {report.task_id} is gameable: {len(report.gameable_probes)} of "
-                 f"{len(report.probes)} probes scored better than the baseline")
-    print(f"{report.task_id}: every probe rejected or no better than the baseline")
+def _run_tool(args: argparse.Namespace) -> None:
+    _step_function(TOOLS[args.command])(args)
 
 
 def _cmd_teacher_server(args) -> None:
-    from gymforge.core import plugins
-
     plugins.load("offline-teacher-server")(host=args.host, port=args.port)
 
 
 def _cmd_hub(args) -> None:
-    from gymforge.hub import get_hub
-
     hub = get_hub(_config(args))
     if args.action == "search":
         for card in hub.search(args.query, limit=args.limit):
             print(f"{card.id:<36} {card.downloads:>9}  {', '.join(card.tags[:5])}")
     else:
         print(hub.describe(args.query, n_rows=args.limit).model_dump_json(indent=2))
-
-
-def _cmd_schemas(args) -> None:
-    from gymforge.core.schemas import check_schemas, write_schemas
-
-    if args.check:
-        stale = check_schemas(Path(args.out))
-        if stale:
-            sys.exit("schemas out of date (run `gymforge schemas`): " + ", ".join(stale))
-        print("schemas up to date")
-    else:
-        for path in write_schemas(Path(args.out)):
-            print(path)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -304,47 +171,50 @@ def build_parser() -> argparse.ArgumentParser:
     for verb, (target, help) in STEPS.items():
         _add_step(sub, verb, target, help)
 
-    p = command("import-trajectories", _cmd_import_trajectories, "SFT examples from MLGym run folders "
+    p = command("import-trajectories", _run_tool, "SFT examples from MLGym run folders "
                 "(<task>.traj + results.json) or gymforge shards, through the SFT filters")
     p.add_argument("dirs", nargs="+", metavar="DIR", help="directories (searched recursively) or files")
     p.add_argument("--out", required=True, help="writes OUT/dataset, OUT/train.jsonl, OUT/rollouts.jsonl, "
                    "OUT/stats.json")
     p.add_argument("--tokenizer", default=None, help="the student's tokenizer (default: "
                    "<results_dir>/student/tokenizer of --config)")
+    p.add_argument("--unit", choices=["auto", "request", "conversation"], default=None,
+                   help="example unit: one example per kept trajectory (conversation) or per teacher reply "
+                   "(request); default: sft.example_unit of --config (auto)")
 
-    p = command("aup", _cmd_aup, "AUP of a directory of MLGym-format run folders (<model>__<task>__*/results.json)",
+    p = command("aup", _run_tool, "AUP of a directory of MLGym-format run folders (<model>__<task>__*/results.json)",
                 config=False)
     p.add_argument("runs_dir")
     p.add_argument("--tasks", default="mlgym", help="`mlgym` (MLGym's 13 tasks) or a YAML/JSON file "
                    "{task_id: {metric, higher_is_better}}")
     p.add_argument("--out", default=None, help="also write the CSV here")
 
-    p = command("export-sft", _cmd_export_sft, "export the SFT dataset as a folder for load_dataset / push_to_hub")
+    p = command("export-sft", _run_tool, "export the SFT dataset as a folder for load_dataset / push_to_hub")
     p.add_argument("dir")
     p.add_argument("--results", default=None, help="results directory (default: results_dir of --config)")
 
-    p = command("status", _cmd_status, "funnel of a results directory", config=False)
+    p = command("status", _run_tool, "funnel of a results directory", config=False)
     p.add_argument("--results", default="results")
     p.add_argument("--json", action="store_true")
     p.add_argument("--watch", action="store_true", help="redraw the funnel until interrupted, with rates and ETAs")
     p.add_argument("--interval", type=float, default=5.0, help="seconds between redraws with --watch (default 5)")
     p.add_argument("--count", type=int, default=None, help="with --watch: stop after this many tables")
 
-    p = command("show-task", _cmd_show_task, "summary of one synthesized task: topic, configs, verification, "
+    p = command("show-task", _run_tool, "summary of one synthesized task: topic, configs, verification, "
                 "trajectories, files", config=False)
     p.add_argument("task", help="topic slot (t0003) or task id")
     p.add_argument("--results", default="results")
     p.add_argument("--full", action="store_true", help="whole files and error messages, every rollout")
     p.add_argument("--json", action="store_true")
 
-    p = command("show-trajectory", _cmd_show_trajectory, "render one episode: a .traj file, a rollout shard "
+    p = command("show-trajectory", _run_tool, "render one episode: a .traj file, a rollout shard "
                 "(--rollout K) or a run folder", config=False)
     p.add_argument("path")
     p.add_argument("--rollout", type=int, default=None, help="rollout index within a shard (default: its first)")
     p.add_argument("--html", default=None, metavar="OUT", help="write a self-contained HTML page instead")
     p.add_argument("--max-lines", type=int, default=15, help="lines shown per thought/observation (default 15)")
 
-    p = command("estimate", _cmd_estimate, "project LLM calls, tokens, cost, GPU- and CPU-hours of a config, "
+    p = command("estimate", _run_tool, "project LLM calls, tokens, cost, GPU- and CPU-hours of a config, "
                 "running nothing", config=False)
     p.add_argument("--configfile", nargs="+", action="extend", default=[], metavar="F",
                    help="config files merged over ./config.yaml in order, as with snakemake --configfile")
@@ -353,7 +223,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--defaults", action="store_true", help="ignore any finished run: default constants only")
     p.add_argument("--json", action="store_true")
 
-    p = command("run-task", _cmd_run_task, "run one agent episode on any MLGym-format task")
+    p = command("run-task", _run_tool, "run one agent episode on any MLGym-format task")
     p.add_argument("task_yaml")
     p.add_argument("--root", default=None, help="MLGym-layout root (default: two levels above configs/tasks/)")
     p.add_argument("--policy", choices=["submit-baseline", "teacher"], default="submit-baseline")
@@ -366,7 +236,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--max-steps", type=int, default=50)
     p.add_argument("--gpus", type=int, default=None, help="GPUs for LM tasks (default: detect)")
 
-    p = command("check-task", _cmd_check_task, "probe a task's evaluator with knowledge-free degenerate submissions; "
+    p = command("check-task", _run_tool, "probe a task's evaluator with knowledge-free degenerate submissions; "
                 "exits 0 only when none scores better than the baseline")
     p.add_argument("task_yaml")
     p.add_argument("--root", default=None, help="MLGym-layout root (default: two levels above configs/tasks/)")
@@ -394,15 +264,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("query")
     p.add_argument("--limit", type=int, default=10)
 
-    p = command("schemas", _cmd_schemas, "regenerate (or --check) the JSON schemas from the Pydantic models", config=False)
+    p = command("schemas", _run_tool, "regenerate (or --check) the JSON schemas from the Pydantic models", config=False)
     p.add_argument("--out", default="schemas")
     p.add_argument("--check", action="store_true")
     return parser
 
 
 def main(argv: list[str] | None = None) -> None:
-    from gymforge.core import job
-
     # `gymforge --log <file> <command> ...`: a Snakemake job (log attempts, scratch dir, failure record).
     argv, log = job.split_log_option(sys.argv[1:] if argv is None else argv)
     with job.running(log):
@@ -411,25 +279,18 @@ def main(argv: list[str] | None = None) -> None:
 
 def _main(argv: list[str]) -> None:
     if argv and argv[0] == "with-gpus":  # before argparse: everything after `--` is the command
-        from gymforge.core import gpus
-
         sys.exit(gpus.main(argv[1:]))
     args = build_parser().parse_args(argv)
     logging.basicConfig(level=logging.DEBUG if args.verbose else logging.INFO,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    from gymforge.benchmark.suite import BenchmarkError
-    from gymforge.tasks.environment import BaselineFailed, InstallError, TaskUnsupported
-    from gymforge.tools.import_trajectories import TrajectoryImportError
-    from gymforge.llm.client import BudgetExceeded
-    from gymforge.tasks.mlgym import MLGymConfigError
-    from gymforge.sandbox import SandboxError
+    # deferred: the error types' modules cost `gymforge --help` ~120 ms (every command loads them here)
+    from gymforge.tools.errors import PLAIN_ERRORS
 
     try:
         args.func(args)
     except ConfigError as err:
         sys.exit(str(err))
-    except (BenchmarkError, BudgetExceeded, BaselineFailed, InstallError, TaskUnsupported, MLGymConfigError, SandboxError,
-            TrajectoryImportError) as err:
+    except PLAIN_ERRORS as err:
         sys.exit(f"gymforge: {err}")
 
 

@@ -48,7 +48,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel
+from gymforge.core.records import Flag
 
 CODES = {
     "answers_path": "touches the held-out answers or the secrets (/answers, a secrets directory, GYMFORGE_SECRETS, "
@@ -77,12 +77,6 @@ THIRD_PARTY = frozenset({
 STDLIB_LIKE = frozenset(set(sys.stdlib_module_names) - _UNIMPORTED) | THIRD_PARTY
 _MODULE_SUFFIXES = tuple(sorted({".py", ".pyc", ".pyw", *importlib.machinery.EXTENSION_SUFFIXES}, key=len, reverse=True))
 _SKIP_DIRS = {".git", "__pycache__", "node_modules"}
-
-
-class Flag(BaseModel):
-    code: str  # one of CODES
-    detail: str  # what was seen, in workspace-relative or sandbox paths (never host paths)
-    step: int = 0  # the agent step it was seen after
 
 
 # ---- the workspace scan -----------------------------------------------------------------------------

@@ -21,26 +21,20 @@ from typing import Any, Callable, Protocol, Sequence, TypeVar
 import openai
 from pydantic import BaseModel, ConfigDict, Field
 
-from gymforge.agent.audit import Auditor, Flag
+from gymforge.agent.audit import Auditor
+from gymforge.agent.errors import EvaluationFormatError, SubmissionNotFound
 from gymforge.agent.parsing import FormatError, parse_reply
 from gymforge.agent.tools import FILE_COMMANDS, FileTools, Workspace, blocked
-from gymforge.agent.trajectory import Trajectory, TrajectoryStep, write_results, write_trajectory
-from gymforge.llm.client import BudgetExceeded, ChatResult, LLMClient
+from gymforge.agent.trajectory import KEEP_OBSERVATIONS, build_messages, write_results, write_trajectory
 from gymforge.core.prompts import render
+from gymforge.core.records import Flag, Trajectory, TrajectoryStep
+from gymforge.llm.client import BudgetExceeded, ChatResult, LLMClient
 from gymforge.sandbox import ExecResult, Mount
 
 log = logging.getLogger("gymforge.agent")
 
 _TRAINING = re.compile(r"\b(python3?|torchrun|accelerate|deepspeed)\b")
 _T = TypeVar("_T")
-
-
-class SubmissionNotFound(Exception):
-    """The submission artefact the task asks for does not exist (yet)."""
-
-
-class EvaluationFormatError(Exception):
-    """The evaluation ran but its output could not be read as metrics."""
 
 
 class Session(Protocol):
@@ -71,26 +65,13 @@ class AgentConfig(BaseModel):
 
     max_steps: int = Field(50, ge=1)
     window: int = Field(1000, ge=1, description="Lines the file viewer shows at once.")
-    keep_observations: int = Field(5, ge=0, description="Observations kept in full in the prompt.")
+    keep_observations: int = Field(KEEP_OBSERVATIONS, ge=0, description="Observations kept in full in the prompt.")
     short_timeout_s: float = Field(25, gt=0, description="Limit for commands that do not train.")
     context_limit_tokens: int | None = Field(None, ge=1)
     cost_limit_usd: float | None = Field(None, ge=0)
     max_format_retries: int = Field(2, ge=0)
     max_observation_chars: int = Field(50_000, ge=100, description="Longer outputs keep their head and tail.")
     name: str = "primary"
-
-
-def build_messages(history: list[dict[str, Any]], keep: int = 5) -> list[dict[str, str]]:
-    """The chat messages the model is sent for this history: observations but the last `keep` elided."""
-    observations = [i for i, m in enumerate(history) if m["role"] == "user"][1:]  # the first is the task
-    elided = set(observations[: max(0, len(observations) - keep)])
-    return [
-        {
-            "role": m["role"],
-            "content": f"Old output omitted ({len(m['content'].splitlines())} lines)" if i in elided else m["content"],
-        }
-        for i, m in enumerate(history)
-    ]
 
 
 def _prompt(name: str, **context: Any) -> str:

@@ -1,64 +1,23 @@
-"""The `.traj` file (MLGym's layout plus our extras) and the per-run `results.json`."""
+"""The `.traj` file (MLGym's layout plus our extras; the models are `gymforge.core.records.Trajectory` and its
+parts) and the per-run `results.json`, and the chat requests a trajectory's history stands for.
+
+`build_messages` is what the agent loop sends the model at each turn; `sft_messages` (the SFT example of a
+trajectory, `conversation` unit), `requests_of` (every request a trajectory sent, which the tests compare with the
+endpoint's log and RL scores again) and `reply_chats` (the SFT examples of the `request` unit: each accepted reply
+with the request it answered) rebuild those requests from the file.
+"""
 
 from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any
-
-from pydantic import BaseModel, Field
+from typing import Any, Iterable
 
 from gymforge.core import atomic
-from gymforge.agent.audit import Flag
+from gymforge.core.prompts import render
+from gymforge.core.records import Trajectory
 
-
-class ModelStats(BaseModel):
-    total_cost: float = 0.0
-    task_cost: float = 0.0
-    tokens_sent: int = 0
-    tokens_received: int = 0
-    api_calls: int = 0
-
-
-class AgentInfo(BaseModel):
-    model_stats: ModelStats = Field(default_factory=ModelStats)
-    exit_status: str | None = None
-    submission: str | None = None  # artefact path of the last successful evaluation
-    score: list[dict[str, float]] = Field(default_factory=list)  # one entry per validate/submit, in order
-    exit_detail: str | None = None  # why an evaluation failed, in the evaluator's words
-    sandbox: str | None = None  # the sandbox backend the episode ran in ("local", "docker")
-    confinement: str | None = None  # what confined it ("bwrap", "docker", "unshare-net", "none"); None: not reported
-    flags: list[Flag] = Field(default_factory=list)  # every suspicious-action flag of the episode (gymforge.agent.audit)
-    audit_notes: list[str] = Field(default_factory=list)  # where the audit could not see everything
-
-
-class TrajectoryStep(BaseModel):
-    # MLGym's fields
-    action: str
-    observation: str
-    response: str
-    state: str  # JSON {"open_file", "working_dir"} before the action
-    thought: str
-    execution_time: float
-    # extras
-    step: int
-    query_time: float = 0.0
-    prompt_tokens: int = 0
-    completion_tokens: int = 0
-    cost_usd: float = 0.0
-    exit_code: int | None = None
-    timed_out: bool = False
-    limit: str | None = None  # the sandbox limit that stopped the command, in words
-    flags: list[Flag] = Field(default_factory=list)  # suspicious-action flags of this step
-    format_errors: list[dict[str, str]] = Field(default_factory=list)  # rejected replies: {"response", "error"}
-
-
-class Trajectory(BaseModel):
-    environment: str = "gymforge"
-    trajectory: list[TrajectoryStep] = Field(default_factory=list)
-    history: list[dict[str, Any]] = Field(default_factory=list)
-    info: AgentInfo = Field(default_factory=AgentInfo)
-    meta: dict[str, Any] = Field(default_factory=dict)  # task id, model, endpoint, seed, sandbox backend, ...
+KEEP_OBSERVATIONS = 5  # observations kept in full in the prompt (`AgentConfig.keep_observations`' default)
 
 
 def write_trajectory(path: str | Path, traj: Trajectory) -> Path:
@@ -71,3 +30,78 @@ def read_trajectory(path: str | Path) -> Trajectory:
 
 def write_results(path: str | Path, traj: Trajectory, baseline: dict[str, float] | None) -> Path:
     return atomic.write_json(path, {"agent": traj.info.score, "baseline": baseline})
+
+
+# ---- requests ---------------------------------------------------------------------------------------
+
+
+def build_messages(history: list[dict[str, Any]], keep: int = KEEP_OBSERVATIONS) -> list[dict[str, str]]:
+    """The chat messages the model is sent for this history: observations but the last `keep` elided."""
+    observations = [i for i, m in enumerate(history) if m["role"] == "user"][1:]  # the first is the task
+    elided = set(observations[: max(0, len(observations) - keep)])
+    return [
+        {
+            "role": m["role"],
+            "content": f"Old output omitted ({len(m['content'].splitlines())} lines)" if i in elided else m["content"],
+        }
+        for i, m in enumerate(history)
+    ]
+
+
+def _chat(messages: Iterable[dict[str, Any]]) -> list[dict[str, str]]:
+    return [{"role": m["role"], "content": m["content"]} for m in messages]
+
+
+def sft_messages(traj: Trajectory, keep: int = KEEP_OBSERVATIONS) -> list[dict[str, str]] | None:
+    """The example of a trajectory: its final request as the model was sent it, plus the final reply."""
+    history = traj.history
+    last = max((i for i, m in enumerate(history) if m["role"] == "assistant"), default=None)
+    if last is None:
+        return None
+    return _chat(build_messages(history[: last + 1], keep))
+
+
+def requests_of(traj: Trajectory, keep: int = KEEP_OBSERVATIONS) -> list[list[dict[str, str]]]:
+    """Every request the agent loop sent for this trajectory, rebuilt from the file, in order.
+
+    A turn's first request is `build_messages` of the history before its reply; each rejected reply
+    (`format_errors`) was followed by a re-ask carrying it and the format-error prompt. Requests that
+    failed at the endpoint left no trace and are not rebuilt.
+    """
+    history = traj.history
+    assistant = iter(i for i, m in enumerate(history) if m["role"] == "assistant")
+    requests: list[list[dict[str, str]]] = []
+    for step in traj.trajectory:
+        model_turn = not (step.action.startswith("exit_") and step.thought.startswith("Exit due to"))
+        position = next(assistant) if model_turn else len(history)
+        if not model_turn and not step.format_errors:
+            continue  # an auto-submission decided before asking the model
+        base = _chat(build_messages(history[:position], keep))
+        convos = [base]
+        for rejected in step.format_errors:
+            convos.append([*base, {"role": "assistant", "content": rejected["response"]},
+                           {"role": "user", "content": render("agent_format_error", error=rejected["error"]).rstrip()}])
+        if not model_turn:
+            convos.pop()  # the re-ask after the last rejection was never sent: the run ended instead
+        requests.extend(convos)
+    return requests
+
+
+def reply_chats(traj: Trajectory, keep: int = KEEP_OBSERVATIONS) -> list[list[dict[str, str]]]:
+    """One chat per reply the loop accepted (each assistant turn of the history), in order: the exact request that
+    reply answered (`requests_of`; after format re-asks, the last re-ask, which carries the rejected reply and the
+    format-error prompt) followed by the reply. Rejected replies are no chat of their own. The last chat of a
+    trajectory whose final reply needed no re-ask is `sft_messages`."""
+    history = traj.history
+    positions = [i for i, m in enumerate(history) if m["role"] == "assistant"]
+    requests = iter(requests_of(traj, keep))
+    chats: list[list[dict[str, str]]] = []
+    for step in traj.trajectory:
+        model_turn = not (step.action.startswith("exit_") and step.thought.startswith("Exit due to"))
+        asked = [next(requests) for _ in range(len(step.format_errors) + model_turn)]  # as requests_of walks
+        if model_turn:
+            reply = history[positions[len(chats)]]
+            chats.append([*asked[-1], {"role": "assistant", "content": reply["content"]}])
+    for position in positions[len(chats):]:  # replies no step recorded (a run cut short): their plain request
+        chats.append(_chat(build_messages(history[: position + 1], keep)))
+    return chats

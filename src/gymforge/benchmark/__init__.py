@@ -31,8 +31,8 @@ __all__ = [
 
 
 def __getattr__(name: str) -> Any:
-    # Imported on first use, so `python -m gymforge.benchmark.decontamination` runs the module only once.
     if name in _DECONTAMINATION:
+        # deferred: on first use, so `python -m gymforge.benchmark.decontamination` runs the module only once
         from gymforge.benchmark import decontamination
 
         return getattr(decontamination, name)

@@ -40,6 +40,7 @@ import json
 import logging
 import math
 import os
+import sys
 from pathlib import Path
 from typing import Any, Iterable, Literal, Mapping, Sequence
 
@@ -746,3 +747,11 @@ def run_aup(runs_dir: str | Path, tasks: str | Path | Mapping[str, TaskMeta] = "
     if out_csv is not None:
         atomic.write_text(out_csv, text)
     return text
+
+
+def main(args: Any) -> None:
+    """`gymforge aup RUNS_DIR [--tasks mlgym|FILE] [--out CSV]`."""
+    try:
+        print(run_aup(Path(args.runs_dir), tasks=args.tasks, out_csv=Path(args.out) if args.out else None), end="")
+    except AupError as err:
+        sys.exit(f"gymforge aup: {err}")

@@ -29,6 +29,8 @@ from gymforge.tasks.mlgym import (
     load_dataset_config,
     load_task_config,
 )
+from gymforge.tasks.datacache import MANIFEST, entry_dir
+from gymforge.tasks import prepare
 
 BenchmarkName = Literal["builtin", "mlgym"]
 
@@ -100,13 +102,10 @@ class TaskUnavailable(BenchmarkError):
 
 def unmet_needs(task: BenchmarkTask, dataset_cache: Path | str, gpus: int) -> list[str]:
     """What `task` needs that is not here: local data, unfetched hub datasets, fewer than `task.gpus` GPUs."""
-    from gymforge.tasks.prepare import helpers
-    from gymforge.stages.datasets import MANIFEST, entry_dir
-
     problems = []
     for path in task.local_data:
         if not (task.root / path).exists():
-            scripts = helpers(task.root, task.id)
+            scripts = prepare.helpers(task.root, task.id)
             how = (f"MLGym generates it with {', '.join(str(h.relative_to(task.root)) for h in scripts)}" if scripts
                    else "MLGym does not ship it: put the task's data there")
             problems.append(f"its local data {path} is not in {task.root} ({how})")
@@ -130,11 +129,9 @@ def require_runnable(task: BenchmarkTask, dataset_cache: Path | str, gpus: int, 
     """Raise TaskUnavailable naming everything `task` is missing here (see `unmet_needs`). With a `sandbox`,
     local data that MLGym makes with a helper script is made first (`tasks.prepare`)."""
     if sandbox is not None:
-        from gymforge.tasks.prepare import PrepareError, prepare_task_data  # filelock: not at Snakefile parse
-
         try:  # what every install of a task does first (TaskEnvironment.install)
-            prepare_task_data(task.root, task.id, task.local_data, sandbox=sandbox, limits=limits)
-        except (PrepareError, OSError) as err:
+            prepare.prepare_task_data(task.root, task.id, task.local_data, sandbox=sandbox, limits=limits)
+        except (prepare.PrepareError, OSError) as err:
             raise TaskUnavailable(f"benchmark task {task.id} cannot run: its local data could not be made: "
                                   f"{err}") from err
     if problems := unmet_needs(task, dataset_cache, gpus):

@@ -18,7 +18,7 @@ from typing import Any
 
 import yaml
 
-from gymforge.core.job import SCRATCH_ENV
+SCRATCH_ENV = "GYMFORGE_SCRATCH"  # a job's scratch directory (`gymforge.core.job` sets it)
 
 
 def _temp_dir(target: Path) -> Path:

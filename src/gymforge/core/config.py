@@ -15,6 +15,8 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator, model_validator
 
+from gymforge.core.plan import check_task_id
+
 
 class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
@@ -169,6 +171,14 @@ class SftConfig(_Strict):
                                      "of MLGym run folders (`<task>.traj` + results.json), gymforge run-task "
                                      "folders or rollout shards (`shard_*.json`), read as `gymforge "
                                      "import-trajectories` reads them and put through the same filters.")
+    example_unit: Literal["auto", "request", "conversation"] = Field(
+        "auto", description="What one SFT example is. `conversation`: one per kept trajectory, its final request "
+        "plus the final reply, every assistant turn trained, cut at train.max_length keeping the start (later "
+        "replies of a longer trajectory are lost). `request`: one per teacher reply, the exact request the agent "
+        "loop sent for it plus that reply, only the reply trained (an example longer than train.max_length loses "
+        "the start of its request; the reply is kept whole unless it alone is longer). `auto`: `request` when train.max_length is shorter than the "
+        "longest kept trajectory (student tokens), else `conversation`. The filters decide per trajectory either "
+        "way; sft/stats.json records the resolved unit (docs/training.md, Example units).")
 
 
 class LoraConfig(_Strict):
@@ -283,8 +293,6 @@ class EvaluateConfig(_Strict):
             raise ValueError(f"evaluate.models: duplicate names in {names}")
         if self.benchmark == "mlgym" and not self.mlgym_root:
             raise ValueError("evaluate.mlgym_root is required when benchmark is 'mlgym'")
-        from gymforge.tasks.mlgym import check_task_id
-
         for task_id in self.tasks or []:  # ids name result files: never let an odd one reach them
             check_task_id(task_id, "evaluate.tasks: task id")
         return self
@@ -317,7 +325,20 @@ class RLConfig(_Strict):
     tasks: list[str] | None = Field(None, description="Topic slots to train on (e.g. [t0001, t0005]); null: every slot "
                                     "whose task was verified.")
     iterations: int = Field(10, ge=1, description="Policy updates (each: rollouts, advantages, update, checkpoint).")
-    tasks_per_iteration: int = Field(1, ge=1, description="Tasks per iteration, taken round-robin over the RL tasks.")
+    tasks_per_iteration: int = Field(1, ge=1, description="Tasks per iteration (a GRPO group each); "
+                                     "`task_sampling` chooses which.")
+    task_sampling: Literal["frontier", "round_robin"] = Field(
+        "frontier", description="How an iteration's tasks are chosen: `frontier` (never-tried tasks first, then drawn "
+        "with weight p(1-p) + frontier_floor, p the task's smoothed recent pass rate; gymforge.rl.frontier, "
+        "docs/rl.md) or `round_robin` (in turn).")
+    frontier_window: int = Field(4, ge=1, description="Frontier sampling: a task's pass rate is taken over its last "
+                                 "this many groups.")
+    frontier_floor: float = Field(0.05, ge=0, description="Frontier sampling: added to every task's weight p(1-p) "
+                                  "(at most 0.25), so that no task is starved.")
+    drop_zero_variance: bool = Field(True, description="Leave groups whose rewards are all equal (advantage 0) out "
+                                     "of the update and count them in curve.json; an iteration left without a group "
+                                     "skips its update (the checkpoint is carried over). false: they stay in the "
+                                     "update (KL penalty and the loss's normalisation only).")
     group_size: int = Field(4, ge=2, description="Episodes per task and iteration (the GRPO group).")
     max_steps: int = Field(5, ge=1, description="Agent step limit per RL episode.")
     concurrency: int = Field(2, ge=1, description="Episodes in flight at once.")
@@ -343,7 +364,14 @@ class RLConfig(_Strict):
     seed: int | None = Field(None, description="RL seed; null: the run seed.")
     threads: int = Field(2, ge=1, description="torch threads of the trainer (CPU).")
     keep_checkpoints: int = Field(2, ge=1, description="Iteration checkpoints kept for resuming.")
-    gpus: int = Field(0, ge=0, description="GPUs of the train_rl job (policy server and trainer share them).")
+    gpus: int = Field(0, ge=0, description="GPUs of the train_rl job (policy server and trainer share them); "
+                      "more than 1: each update runs sharded over them (gymforge.rl.sharded, docs/rl.md).")
+    strategy: Literal["fsdp", "deepspeed", "ddp"] = Field(
+        "fsdp", description="How the update is sharded when gpus > 1: the accelerate config "
+        "src/gymforge/core/accelerate/<strategy>.yaml that SFT uses (fsdp: FSDP2 full shard; deepspeed: ZeRO-3; "
+        "ddp: a whole copy per GPU, small students only).")
+    gradient_checkpointing: bool = Field(False, description="Recompute each decoder layer's activations in the "
+                                         "backward pass of a sharded update (needed for 4B/8B at 32k tokens).")
     mem_mb: int = Field(8192, ge=256)
     runtime_min: int = Field(1440, ge=1)
 
@@ -388,13 +416,17 @@ class GymforgeConfig(_Strict):
             dump["trajectories"].pop(key)
         # The student's tokenizer counts SFT lengths; other training settings must not rerun the filter.
         dump["student"] = {"student": dump["train"]["student"]}
+        # The student's context decides `sft.example_unit: auto` and what the SFT statistics count as trained.
+        dump["sft"]["max_length"] = dump["train"]["max_length"]
         for key in ("gpus", "mem_mb", "runtime_min", "logging_steps"):
             dump["train"].pop(key)
         # An evaluation job reruns for its own model and task only; which runs it holds are its rule's params.
         for key in ("tasks", "runs_per_task", "concurrency", "models", "mem_mb", "runtime_min"):
             dump["evaluate"].pop(key)
         dump["evaluate"]["serving"].pop("gpus")
-        for key in ("gpus", "mem_mb", "runtime_min", "threads", "concurrency", "keep_checkpoints"):
+        # How the update is spread over devices does not change what it computes (a run may resume on other GPUs).
+        for key in ("gpus", "strategy", "gradient_checkpointing", "mem_mb", "runtime_min", "threads", "concurrency",
+                    "keep_checkpoints"):
             dump["rl"].pop(key)
         return dump
 

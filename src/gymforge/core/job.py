@@ -22,13 +22,15 @@ import re
 import shutil
 import sys
 import traceback
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from datetime import UTC, datetime
 from pathlib import Path
 
+from gymforge.core import atomic
+from gymforge.core.atomic import SCRATCH_ENV
+
 JOB_LOG_ENV = "GYMFORGE_JOB_LOG"
-SCRATCH_ENV = "GYMFORGE_SCRATCH"
 _ATTEMPT_ENV = "GYMFORGE_JOB_ATTEMPT_LOG"
 _OWNER_ENV = "GYMFORGE_JOB_PID"  # the pid that finishes the job (exec keeps it)
 _TERMINAL_ENV = "GYMFORGE_JOB_TERMINAL_FD"
@@ -62,13 +64,20 @@ def attempt_logs(log: Path) -> list[Path]:
     return [p for _, p in sorted(found)]
 
 
+# Reason codes the seams know and core cannot import (`gymforge.llm.client` registers the LLM errors': a job
+# that never imported the client never raised them).
+_CLASSIFIERS: list[Callable[[BaseException], str | None]] = []
+
+
+def register_classifier(reason_code: Callable[[BaseException], str | None]) -> None:
+    """`reason_code(err)`: a job failure's reason code, or None for errors it does not know."""
+    if reason_code not in _CLASSIFIERS:
+        _CLASSIFIERS.append(reason_code)
+
+
 def classify(err: BaseException) -> tuple[str, str]:
-    """(reason code, one-line reason) of a job's failure."""
-    from openai import OpenAIError
-
-    from gymforge.llm.ledger import BudgetExceeded
-    from gymforge.llm.client import is_transient
-
+    """(reason code, one-line reason) of a job's failure: an error's own `reason_code` (`BudgetExceeded`:
+    `budget_exhausted`, with the bare message), else what a registered classifier says, else `crash`."""
     if isinstance(err, SystemExit) and err.__context__ is not None:
         return classify(err.__context__)  # `sys.exit(message)` while handling the real error
     if isinstance(err, KeyboardInterrupt):
@@ -78,10 +87,11 @@ def classify(err: BaseException) -> tuple[str, str]:
     text = _short(" ".join(str(err).split()) or type(err).__name__)
     notes = "; ".join(getattr(err, "__notes__", ()))
     line = f"{type(err).__name__}: {text}" + (f" [{notes}]" if notes else "")
-    if isinstance(err, BudgetExceeded):
-        return "budget_exhausted", text
-    if isinstance(err, OpenAIError):
-        return ("llm_unavailable" if is_transient(err) else "llm_rejected"), line
+    if isinstance(code := getattr(err, "reason_code", None), str):
+        return code, text
+    for reason_code in _CLASSIFIERS:
+        if code := reason_code(err):
+            return code, line
     return "crash", line
 
 
@@ -90,8 +100,6 @@ def _short(text: str, limit: int = 500) -> str:
 
 
 def _write_failure(log: Path, code: str, reason: str) -> None:
-    from gymforge.core import atomic
-
     attempt = os.environ.get(_ATTEMPT_ENV) or None
     atomic.write_json(failure_path(log), {
         "job": job_name(log), "status": "failed", "reason_code": code, "reason": reason, "log": str(log),

@@ -156,3 +156,166 @@ class CheckReport(BaseModel):
     @property
     def gameable_probes(self) -> list[ProbeOutcome]:
         return [p for p in self.probes if p.gameable]
+
+
+# ---- trajectories (`gymforge.agent` writes them, every later stage reads them) ------------------------
+
+
+class Flag(BaseModel):  # a suspicious-action flag of the audit (gymforge.agent.audit)
+    code: str  # one of gymforge.agent.audit.CODES
+    detail: str  # what was seen, in workspace-relative or sandbox paths (never host paths)
+    step: int = 0  # the agent step it was seen after
+
+
+class ModelStats(BaseModel):
+    total_cost: float = 0.0
+    task_cost: float = 0.0
+    tokens_sent: int = 0
+    tokens_received: int = 0
+    api_calls: int = 0
+
+
+class AgentInfo(BaseModel):
+    model_stats: ModelStats = Field(default_factory=ModelStats)
+    exit_status: str | None = None
+    submission: str | None = None  # artefact path of the last successful evaluation
+    score: list[dict[str, float]] = Field(default_factory=list)  # one entry per validate/submit, in order
+    exit_detail: str | None = None  # why an evaluation failed, in the evaluator's words
+    sandbox: str | None = None  # the sandbox backend the episode ran in ("local", "docker")
+    confinement: str | None = None  # what confined it ("bwrap", "docker", "unshare-net", "none"); None: not reported
+    flags: list[Flag] = Field(default_factory=list)  # every suspicious-action flag of the episode (gymforge.agent.audit)
+    audit_notes: list[str] = Field(default_factory=list)  # where the audit could not see everything
+
+
+class TrajectoryStep(BaseModel):
+    # MLGym's fields
+    action: str
+    observation: str
+    response: str
+    state: str  # JSON {"open_file", "working_dir"} before the action
+    thought: str
+    execution_time: float
+    # extras
+    step: int
+    query_time: float = 0.0
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    cost_usd: float = 0.0
+    exit_code: int | None = None
+    timed_out: bool = False
+    limit: str | None = None  # the sandbox limit that stopped the command, in words
+    flags: list[Flag] = Field(default_factory=list)  # suspicious-action flags of this step
+    format_errors: list[dict[str, str]] = Field(default_factory=list)  # rejected replies: {"response", "error"}
+
+
+class Trajectory(BaseModel):  # the `.traj` file (gymforge.agent.trajectory reads and writes it)
+    environment: str = "gymforge"
+    trajectory: list[TrajectoryStep] = Field(default_factory=list)
+    history: list[dict[str, Any]] = Field(default_factory=list)
+    info: AgentInfo = Field(default_factory=AgentInfo)
+    meta: dict[str, Any] = Field(default_factory=dict)  # task id, model, endpoint, seed, sandbox backend, ...
+
+
+# ---- rollouts (stage 3.5) -------------------------------------------------------------------------------
+
+
+class TeacherRef(BaseModel):
+    provider: str
+    model: str = Field(description="Model name sent to the endpoint (an offline teacher may carry a skill suffix).")
+    endpoint: str = Field(description="Base URL the requests went to (credentials stripped).")
+    temperature: float
+    max_tokens: int
+
+
+class SandboxRef(BaseModel):
+    backend: str
+    confinement: str | None = None
+    image: str | None = None
+
+
+class RolloutRecord(BaseModel):
+    """One teacher episode: the MLGym-compatible trajectory (`.traj` keys) plus where and how it was produced.
+
+    Per-step token counts (`prompt_tokens`, `completion_tokens`) and timings (`query_time`,
+    `execution_time`) are fields of every `trajectory.trajectory[*]` step.
+    """
+
+    slot: str
+    task_id: str
+    rollout: int = Field(description="Index of the rollout within its task, 0 .. per_task - 1.")
+    seed: int = Field(description="derive_seed(run seed, 'rollout', slot, rollout); sent with every request.")
+    teacher: TeacherRef
+    sandbox: SandboxRef
+    max_steps: int
+    baseline: dict[str, float] | None = Field(None, description="The task's baseline metrics the agent was shown.")
+    fingerprint: str = Field(description="Hash of what determines this rollout (config sections + verified task).")
+    wall_s: float
+    trajectory: Trajectory
+
+
+class ShardRecord(ItemRecord):
+    shard: int
+    task_id: str | None = None
+    rollout_indices: list[int] = []
+    fingerprint: str | None = None
+    resumed: int = Field(0, description="Rollouts taken from a previous, interrupted run of this shard.")
+    rollouts: list[RolloutRecord] = []
+
+
+# ---- SFT data (stage 3.6) -------------------------------------------------------------------------------
+
+
+class Example(BaseModel):
+    """One line of `train.jsonl` / one row of the dataset."""
+
+    id: str = Field(description="<slot>-r<rollout>; imported: the source's relative path; `request` unit: that "
+                    "id plus `-q<reply>`")
+    messages: list[dict[str, str]]
+    slot: str
+    task: str
+    rollout: int
+    seed: int | None = Field(description="The rollout's seed; null when the source does not record one (MLGym).")
+    teacher: str = Field(description="The model that wrote the replies.")
+    exit_status: str
+    metric: str | None = Field(description="The task's priority metric (first baseline metric).")
+    score: float | None = Field(description="Value of `metric` in the last score entry (the final submission).")
+    scores: str = Field(description="JSON list of every score entry, in order.")
+    tokens: int = Field(description="Student-tokenizer tokens of `messages`, chat template applied.")
+    turns: int = Field(description="Assistant turns in `messages`.")
+    source: str = Field(description="JSON object: where the trajectory came from (`origin`: `rollouts` or the "
+                        "`sft.extra_sources` entry / import directory; `format`: gymforge-shard, gymforge-traj or "
+                        "mlgym; `path` relative to it; for MLGym runs the run folder's model and history processor).")
+    unit: Literal["conversation", "request"] = Field(
+        "conversation", description="The example unit (`sft.example_unit`), which says which assistant turns are "
+        "trained: `conversation`, every one; `request`, only the last (the reply; the earlier ones are the request's "
+        "history). A dataset without this column trains every assistant turn.")
+    reply: int | None = Field(None, description="`request` unit: the index of the trained reply among its "
+                              "trajectory's accepted replies (0-based; the id ends in `-q<reply>`); else null.")
+
+
+# ---- benchmark runs (stage 3.8) -------------------------------------------------------------------------
+
+
+class RunSummary(BaseModel):
+    run: int
+    seed: int
+    folder: str = Field(description="The MLGym run folder, relative to the record's directory.")
+    exit_status: str | None
+    scores: list[dict[str, float]]
+    replies: int = Field(description="Model replies in the run, re-asked malformed ones included.")
+    malformed: int = Field(description="Replies that broke the one-discussion-one-command format.")
+    steps: int
+    valid_submission: bool = Field(description="The run ended with a scored submission.")
+    wall_s: float
+
+
+class EvalRecord(ItemRecord):
+    """`item` is `<model>/<task>`."""
+
+    model: str
+    task_id: str
+    served_as: str | None = Field(None, description="Model name sent to the endpoint.")
+    baseline: dict[str, float] | None = None
+    fingerprint: str
+    resumed: int = 0
+    runs: list[RunSummary] = []

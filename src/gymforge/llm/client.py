@@ -51,6 +51,7 @@ from tenacity import (
 
 from gymforge.core import atomic, plugins
 from gymforge.core.config import EndpointConfig, GymforgeConfig
+from gymforge.core import job
 from gymforge.core.job import current_job as _job
 from gymforge.llm.ledger import Admission, BudgetExceeded, Ledger
 
@@ -161,6 +162,16 @@ def is_transient(err: BaseException) -> bool:
     if isinstance(err, (MalformedResponse, APIConnectionError)):  # APITimeoutError is an APIConnectionError
         return True
     return isinstance(err, APIStatusError) and (err.status_code in TRANSIENT_STATUS or err.status_code >= 500)
+
+
+def _failure_code(err: BaseException) -> str | None:
+    """A job's failure reason code for an endpoint error (`gymforge.core.job.classify`)."""
+    if isinstance(err, OpenAIError):
+        return "llm_unavailable" if is_transient(err) else "llm_rejected"
+    return None
+
+
+job.register_classifier(_failure_code)
 
 
 def _never_reached(err: BaseException) -> bool:

@@ -6,6 +6,8 @@ import json
 import re
 from typing import Any
 
+from gymforge.core.prompts import render
+
 _FENCE = re.compile(r"```(?:json)?\s*\n(.*?)```", re.DOTALL)
 
 
@@ -40,8 +42,6 @@ def ask_for_json(chat, messages: list[dict], kind: type, *, shape: str, max_nudg
 
     `messages` is extended in place with the exchange. Returns (value, nudges); raises NotJSON when hopeless.
     """
-    from gymforge.core.prompts import render
-
     nudges = 0
     while True:
         reply = chat(messages)

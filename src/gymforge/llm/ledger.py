@@ -42,6 +42,8 @@ KILLED = "killed_in_flight"
 class BudgetExceeded(RuntimeError):
     """A call was refused because it does not fit in what is left of `llm.budget_usd`."""
 
+    reason_code = "budget_exhausted"  # a job that fails with it (gymforge.core.job.classify)
+
 
 def _alive(pid: int, started: float | None) -> bool:
     # A recycled pid belongs to a process that started later than the one that made the reservation.

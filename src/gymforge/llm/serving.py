@@ -61,7 +61,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterator, Sequence
 
-from gymforge.core import plugins
+from gymforge.core import atomic, plugins
 from gymforge.core.plan import SERVED_SOURCES
 from gymforge.core.config import EndpointConfig, GymforgeConfig, ModelSpec, ServingConfig
 from gymforge.llm.http import BadRequest, ChatCompletionsHandler, LoopbackHTTPServer
@@ -503,8 +503,6 @@ def main(argv: Sequence[str] | None = None) -> None:
     if args.parent_pid:
         threading.Thread(target=_watch_parent, args=(args.parent_pid, server), daemon=True).start()
     if args.port_file:
-        from gymforge.core import atomic
-
         atomic.write_text(args.port_file, f"{port}\n")
     print(f"serving {args.checkpoint} as {args.served_name!r} on http://{args.host}:{port}/v1 "
           f"(device {chat.device}, context {chat.context})", flush=True)

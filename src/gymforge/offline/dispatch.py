@@ -16,6 +16,7 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
+import gymforge.offline.families
 from gymforge.offline import agent_policy, proposals, topics
 
 HEADINGS: dict[str, str] = {
@@ -120,9 +121,8 @@ def respond(body: dict[str, Any]) -> Reply:
         call_id = f"call_{stable_seed(seed, len(history), turn.query):016x}"
         return Reply(None, (ToolCall(call_id, SEARCH_TOOL, json.dumps({"query": turn.query})),))
 
-    # Config and code generation live in their own package, written alongside this one.
-    from gymforge.offline import families
-
+    # Config and code generation live in their own package, written alongside this one (looked up per call).
+    families = gymforge.offline.families
     if role == "configs":
         proposal = _json_block(request)
         if not isinstance(proposal, dict):

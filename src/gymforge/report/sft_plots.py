@@ -18,6 +18,8 @@ matplotlib.use("Agg")
 
 import matplotlib.pyplot as plt  # noqa: E402
 
+from gymforge.core import atomic
+
 KEPT, ALL, REJECTED = "#2b8a3e", "#adb5bd", "#e8590c"
 
 
@@ -67,6 +69,7 @@ def _summary_table(ax: Any, stats: dict[str, Any]) -> None:
     rows = [
         ("rollouts", stats["rollouts"]),
         ("kept trajectories", stats["kept"]),
+        ("examples (unit)", f"{stats.get('examples', stats['kept'])} ({stats.get('example_unit', 'conversation')})"),
         ("tasks (with kept)", f"{stats['tasks']} ({stats['tasks_with_kept']})"),
         *((f"discarded: {r}", n) for r, n in stats["discarded"].items()),
         ("tokens: median / max", f"{tok.get('median', 0):g} / {tok.get('max', 0)}"),
@@ -124,8 +127,6 @@ def _histogram(ax: Any, everything: list[int], kept: list[int], xlabel: str, tit
 
 
 def _save(fig: Any, out: Path) -> Path:
-    from gymforge.core import atomic
-
     import io
 
     fig.tight_layout()

@@ -19,7 +19,8 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
 from gymforge.core import atomic  # noqa: E402
-from gymforge.tools.status import collect  # noqa: E402
+from gymforge.report.funnel import collect  # noqa: E402
+from gymforge.rl.frontier import task_pass_rates  # noqa: E402
 
 _STYLE = ("body{font-family:sans-serif;margin:1em}table{border-collapse:collapse;margin-bottom:1.5em}"
           "td,th{border:1px solid #ccc;padding:3px 8px;text-align:right}th:first-child,td:first-child{text-align:left}")
@@ -85,9 +86,12 @@ def rl_html(results: Path) -> str:
         fig.savefig(buf, format="png", dpi=90)
         plt.close(fig)
         png = base64.b64encode(buf.getvalue()).decode()
-        table = _table(["iteration", "mean reward", "valid share", "mean duration s", "KL"],
-                       [[r["iteration"], f"{r['mean_reward']:.3f}", f"{r['valid_share']:.2f}",
-                         f"{r['mean_duration_s']:.2f}", f"{r['kl']:.4f}"] for r in rows])
+        table = _table(["iteration", "tasks", "mean reward", "valid share", "mean duration s", "KL",
+                        "zero-variance groups dropped"],
+                       [[r["iteration"], " ".join(r.get("tasks", [])), f"{r['mean_reward']:.3f}",
+                         f"{r['valid_share']:.2f}", f"{r['mean_duration_s']:.2f}", f"{r['kl']:.4f}",
+                         _dropped(r)] for r in rows])
+        table += _pass_rate_table(rows)
         quarters = ""
         if "first_quarter_mean_reward" in curve:
             quarters = (f"<p>mean reward, first quarter of the iterations {curve['first_quarter_mean_reward']:.3f}, "
@@ -95,6 +99,32 @@ def rl_html(results: Path) -> str:
         parts.append(f"<h2>On-policy RL: {html.escape(curve_file.parent.name)}</h2>{quarters}"
                      f"<img src='data:image/png;base64,{png}' alt='reward curve'>{table}")
     return "".join(parts)
+
+
+def _dropped(row: dict) -> str:
+    """`dropped of groups` of one curve row (dynamic sampling), `update skipped` when none was left; `-` before."""
+    if "groups" not in row:
+        return "-"
+    text = f"{row['groups_dropped_zero_variance']} of {row['groups']}"
+    return text + (" (update skipped)" if row.get("update_skipped") else "")
+
+
+def _pass_rate_table(rows: list[dict]) -> str:
+    """Per task over the run (frontier sampling, `gymforge.rl.frontier`): groups, episodes, pass rate overall and in
+    its last group, groups dropped for zero reward variance. Nothing for a curve without per-task counts."""
+    tasks = task_pass_rates(rows)
+    if not tasks:
+        return ""
+
+    def rate(value: float | None) -> str:
+        return "-" if value is None else f"{value:.2f}"
+
+    body = [[slot, t["groups"], t["episodes"], t["passes"], rate(t["pass_rate"]), rate(t["last"]), t["dropped"]]
+            for slot, t in sorted(tasks.items())]
+    return ("<h3>Per-task pass rates</h3><p>pass: the final submission beat the task's baseline, unflagged; "
+            "frontier sampling prefers tasks passed about half of the time</p>"
+            + _table(["task", "groups", "episodes", "passes", "pass rate", "last group", "zero-variance groups"],
+                     body))
 
 
 def evaluators_html(results: Path) -> str:

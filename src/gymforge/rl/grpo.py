@@ -8,10 +8,10 @@ and `rollout_func` must return one prompt/completion token sequence per sample, 
 per-action structure that duration-aware weighting needs (one weight per action, from the action's
 measured execution time) and bypasses our serving seam and episode runner. So the loss is ours, on top
 of the SFT masking code (the chat template's `{% generation %}` markers, or TRL's training template for
-a template without them: `gymforge.stages.training.check_chat_template`).
+a template without them: `gymforge.student.masks.check_chat_template`).
 
 One training sample is one model reply ("action") with the exact request the agent loop sent for it
-(`gymforge.stages.sft.requests_of`: elided observations and format-error re-asks included). Per sample:
+(`gymforge.agent.trajectory.requests_of`: elided observations and format-error re-asks included). Per sample:
 
     ratio_t   = exp(logp_t - logp_old_t)                       on the reply's tokens only (assistant mask)
     pg_t      = -min(ratio_t * A, clip(ratio_t, 1 - eps, 1 + eps) * A)
@@ -32,6 +32,9 @@ import math
 import random
 from dataclasses import dataclass, field
 from typing import Any, Sequence
+
+from gymforge.agent.trajectory import KEEP_OBSERVATIONS, requests_of
+from gymforge.student.masks import check_chat_template, tokenize_with_assistant_mask
 
 
 # ---- advantages and weights -------------------------------------------------------------------------
@@ -81,8 +84,6 @@ class ActionSample:
 
 def action_samples(traj: Any, episode: int) -> list[ActionSample]:
     """Every reply of a trajectory (rejected malformed ones included) with its request and execution time."""
-    from gymforge.stages.sft import KEEP_OBSERVATIONS, requests_of
-
     requests = requests_of(traj, KEEP_OBSERVATIONS)
     replies: list[tuple[str, float]] = []
     for step in traj.trajectory:
@@ -97,19 +98,11 @@ def action_samples(traj: Any, episode: int) -> list[ActionSample]:
 
 
 def training_template(tokenizer: Any, student: str) -> str | None:
-    """How the assistant mask is found: None, the tokenizer's own template (it has `{% generation %}` markers);
-    `"rendered"`, masks from the rendered conversation (`gymforge.student.masks`, templates without markers);
-    otherwise a template string with markers (TRL's training variant, where that module is unavailable)."""
-    from gymforge.stages.training import check_chat_template
-
+    """How the assistant mask is found: None, the tokenizer's own template (it has `{% generation %}` markers), or
+    `"rendered"`, masks from the rendered conversation (`gymforge.student.masks`, templates without markers).
+    `tokenize_sample` also takes a template string with markers."""
     if check_chat_template(tokenizer, student) == "tokenizer":
         return None
-    try:
-        import gymforge.student.masks  # noqa: F401
-    except ImportError:
-        from trl.chat_template_utils import get_training_chat_template
-
-        return get_training_chat_template(tokenizer)
     return "rendered"
 
 
@@ -119,8 +112,6 @@ def tokenize_sample(tokenizer: Any, request: list[dict[str, str]], response: str
     restricted to the last assistant turn). Over-long samples lose the start of the prompt."""
     messages = [*request, {"role": "assistant", "content": response}]
     if template == "rendered":
-        from gymforge.student.masks import tokenize_with_assistant_mask
-
         full = tokenize_with_assistant_mask(tokenizer, messages)
         prompt_text = tokenizer.apply_chat_template(request, tokenize=False, add_generation_prompt=True)
         start = len(tokenizer(prompt_text, add_special_tokens=False)["input_ids"])

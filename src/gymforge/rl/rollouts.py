@@ -24,6 +24,8 @@ from typing import Any
 
 from gymforge.core.prompts import render
 from gymforge.rl.rewards import TaskMetric, metric_direction
+from gymforge.core.records import VerificationReport
+from gymforge.tasks.mlgym import dump_yaml, load_task_config
 
 log = logging.getLogger("gymforge.rl")
 
@@ -44,8 +46,6 @@ class RLTask:
 
 def load_task(slot: str, report_file: Path, env_dir: Path, proposal_file: Path | None) -> RLTask | None:
     """The RL task of a slot, or None when its environment was not verified."""
-    from gymforge.core.records import VerificationReport
-
     report = VerificationReport.model_validate_json(Path(report_file).read_text())
     if report.status != "ok":
         return None
@@ -83,8 +83,6 @@ def solution_actions(traj: Any) -> list[str]:
 
 def improve_variant(task: RLTask, best: dict[str, Any], work: Path) -> Path:
     """A copy of the task tree whose description asks to improve `best` (its actions and score); the task YAML."""
-    from gymforge.tasks.mlgym import dump_yaml, load_task_config
-
     dest = work / f"{task.slot}-{best['episode_id']}"
     yaml_path = dest / "configs" / "tasks" / task.task_yaml.name
     if yaml_path.exists():

@@ -33,6 +33,8 @@ from typing import Any
 
 from gymforge.core.procs import pid_alive
 
+from .base import tree_bytes
+
 log = logging.getLogger(__name__)
 
 class _Held:
@@ -214,8 +216,6 @@ def sweep() -> list[str]:
 
 
 def _capture(ws: Path, cap_mb: int) -> None:
-    from .base import tree_bytes
-
     st = os.lstat(ws)
     staged = _sibling(ws, "in")
     image = _sibling(ws, "img")

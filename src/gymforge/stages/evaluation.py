@@ -23,47 +23,23 @@ import time
 from pathlib import Path
 from typing import Any
 
-from pydantic import BaseModel, Field
-
 from gymforge.core import atomic
-from gymforge.agent.trajectory import Trajectory
 from gymforge.core.config import EndpointConfig, GymforgeConfig, ModelSpec
 from gymforge.core.job import SCRATCH_ENV
 from gymforge.core.progress import Progress
-from gymforge.core.records import ItemRecord, UsageRecord, derive_seed, text_hash
-from gymforge.core.plan import SERVED_SOURCES, model_spec, run_ids, teacher_identity  # noqa: F401  (re-exported)
+from gymforge.core.records import EvalRecord, RunSummary, Trajectory, UsageRecord, derive_seed, text_hash
+from gymforge.core.plan import SERVED_SOURCES, model_spec, run_folder, run_ids, teacher_identity  # noqa: F401  (re-exported)
+from gymforge.benchmark.decontamination import ContaminationError, proposal_extra, run
+from gymforge.benchmark.suite import load_benchmark, require_runnable
+from gymforge.core.gpus import device_total, visible_devices
+from gymforge.llm.client import LLMClient
+from gymforge.llm.serving import open_endpoint
+from gymforge.tasks.datacache import cache_root
+from gymforge.tasks.episode import EpisodeRunner
+from gymforge.tasks.mlgym import load_task_config
+from gymforge.tasks.probes import measure_baseline, probe_environment
 
 log = logging.getLogger("gymforge.evaluation")
-
-
-
-class RunSummary(BaseModel):
-    run: int
-    seed: int
-    folder: str = Field(description="The MLGym run folder, relative to the record's directory.")
-    exit_status: str | None
-    scores: list[dict[str, float]]
-    replies: int = Field(description="Model replies in the run, re-asked malformed ones included.")
-    malformed: int = Field(description="Replies that broke the one-discussion-one-command format.")
-    steps: int
-    valid_submission: bool = Field(description="The run ended with a scored submission.")
-    wall_s: float
-
-
-class EvalRecord(ItemRecord):
-    """`item` is `<model>/<task>`."""
-
-    model: str
-    task_id: str
-    served_as: str | None = Field(None, description="Model name sent to the endpoint.")
-    baseline: dict[str, float] | None = None
-    fingerprint: str
-    resumed: int = 0
-    runs: list[RunSummary] = []
-
-
-def run_folder(model: str, task: str, run: int) -> str:
-    return f"{model}__{task}__run{run}"
 
 
 def checkpoint_tag(checkpoint: str | None) -> str:
@@ -93,8 +69,6 @@ def fingerprint(cfg: GymforgeConfig, spec: ModelSpec, task_yaml: Path, served: s
 
 def visible_gpus() -> int:
     """GPUs this process may use: CUDA_VISIBLE_DEVICES (set by `with-gpus` to the job's lease), else the host's."""
-    from gymforge.core.gpus import device_total, visible_devices
-
     ids = visible_devices()
     return len(ids) if ids is not None else device_total()[0]
 
@@ -112,8 +86,6 @@ def summarize(traj: Trajectory, run: int, seed: int, folder: str, wall_s: float)
 
 
 def _client(cfg: GymforgeConfig, spec: ModelSpec, endpoint: Any) -> Any:
-    from gymforge.llm.client import LLMClient
-
     if spec.source == "teacher":
         teacher = cfg.llm.teacher
         config = teacher.model_copy(update={"model": endpoint.model})
@@ -132,12 +104,6 @@ def _client(cfg: GymforgeConfig, spec: ModelSpec, endpoint: Any) -> Any:
 def evaluate_task(cfg: GymforgeConfig, model: str, task_id: str, runs: list[int], out: Path,
                   *, checkpoint: str | None = None, log_file: Path | None = None) -> EvalRecord:
     """Run (or finish) `runs` of `model` on benchmark task `task_id`; write the record to `out`."""
-    from gymforge.benchmark.suite import load_benchmark, require_runnable
-    from gymforge.tasks.episode import EpisodeRunner
-    from gymforge.stages.datasets import cache_root
-    from gymforge.tasks.mlgym import load_task_config
-    from gymforge.llm.serving import open_endpoint
-
     out = Path(out)
     spec = model_spec(cfg, model)
     task = next((t for t in load_benchmark(cfg.evaluate) if t.id == task_id), None)
@@ -228,8 +194,6 @@ async def _run_all(cfg: GymforgeConfig, episodes: Any, llm: Any, spec: ModelSpec
 
 def decontamination(cfg: GymforgeConfig, synthesized: list[Path], proposals: list[Path], out: Path) -> str:
     """Check that no synthesized task shares a dataset or family with the benchmark; write the report."""
-    from gymforge.benchmark.decontamination import ContaminationError, proposal_extra, run
-
     by_slot = {Path(p).stem: Path(p) for p in proposals}
     trees, extra = [], {}
     for env in map(Path, synthesized):  # results/environments/<slot>/verified
@@ -256,11 +220,6 @@ def eval_runs(cfg: GymforgeConfig, model: str, task: str, runs: list[int], out: 
 def check_benchmark_task(cfg: GymforgeConfig, task: str, out: Path) -> str:
     """Probe benchmark task `task`'s evaluator (`gymforge check-task`) once; the report lands in `out` whatever
     it finds: a gameable benchmark task is reported beside its scores, not failed."""
-    from gymforge.benchmark.suite import load_benchmark, require_runnable
-    from gymforge.stages.datasets import cache_root
-    from gymforge.tasks.episode import EpisodeRunner
-    from gymforge.tasks.probes import measure_baseline, probe_environment
-
     found = next((t for t in load_benchmark(cfg.evaluate) if t.id == task), None)
     if found is None:
         raise ValueError(f"task {task!r} is not in the {cfg.evaluate.benchmark} benchmark")

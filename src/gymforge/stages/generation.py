@@ -10,6 +10,16 @@ from gymforge.core import atomic
 from gymforge.core.config import GymforgeConfig
 from gymforge.core.prompts import render
 from gymforge.core.records import Attempt, GenerationRecord, ProposalRecord, UsageRecord, derive_seed
+from gymforge.hub import get_hub
+from gymforge.llm.client import make_client
+from gymforge.llm.codeblocks import CodeBlockError, parse_files
+from gymforge.tasks.files import (
+    GENERIC_PACKAGES,
+    TaskValidationError,
+    validate_code_files,
+    validate_config_files,
+    write_task_tree,
+)
 
 ENTRYPOINTS = ["CSVSubmissionTasks", "ModelSubmissionTasks", "PythonSubmissionTasks", "LMSubmissionTasks"]
 ARTEFACTS = {
@@ -29,9 +39,6 @@ class GenerationFailed(Exception):
 def draft_until_valid(chat: Callable[[list[dict]], Any], messages: list[dict], validate: Callable[[str], Any],
                       max_attempts: int) -> tuple[Any, list[Attempt]]:
     """Ask, validate, and on failure re-prompt with the errors for the whole answer again (bounded)."""
-    from gymforge.llm.codeblocks import CodeBlockError
-    from gymforge.tasks.files import TaskValidationError
-
     attempts: list[Attempt] = []
     for _ in range(max_attempts):
         reply = chat(messages)
@@ -76,10 +83,6 @@ def _seed(cfg: GymforgeConfig, stage: str, slot: str, variant: int) -> int:
 
 def draft_configs(cfg: GymforgeConfig, slot: str, proposal: ProposalRecord, *, variant: int = 0) -> GenerationRecord:
     """Stage 1 of generation for one proposal: configs drafted, validated and repaired (bounded)."""
-    from gymforge.llm.codeblocks import parse_files
-    from gymforge.llm.client import make_client
-    from gymforge.tasks.files import validate_config_files
-
     dataset = proposal.dataset
     payload = {**proposal.proposal.model_dump(), "dataset": _dataset_brief(dataset) if dataset else None}
     messages = [
@@ -115,8 +118,6 @@ def _dataset_brief(dataset: dict) -> dict:
 
 def _check_dataset_binding(bundle, dataset: dict | None) -> None:
     """The configs must point at the dataset the proposal resolved, where the pipeline will put it."""
-    from gymforge.tasks.files import TaskValidationError
-
     errors = []
     if dataset is None and bundle.datasets:
         errors.append("this task has no dataset: remove the dataset configs and `dataset_configs`")
@@ -160,10 +161,6 @@ def draft_code(cfg: GymforgeConfig, slot: str, configs: GenerationRecord, propos
                variant: int = 0, previous: dict[str, str] | None = None,
                runtime_errors: list[str] | None = None) -> GenerationRecord:
     """Stage 2 of generation. With `previous` and `runtime_errors`, the teacher repairs code that failed to run."""
-    from gymforge.llm.codeblocks import parse_files
-    from gymforge.llm.client import make_client
-    from gymforge.tasks.files import GENERIC_PACKAGES, validate_code_files, validate_config_files
-
     dataset = proposal.dataset
     bundle = validate_config_files(configs.files)
     task = bundle.task
@@ -198,12 +195,8 @@ def draft_code(cfg: GymforgeConfig, slot: str, configs: GenerationRecord, propos
 def materialize_task(cfg: GymforgeConfig, tree: Path, configs: GenerationRecord, code: GenerationRecord,
                      proposal: ProposalRecord) -> None:
     """Write the MLGym layout of a validated task, with its local dataset copy, under `tree`."""
-    from gymforge.tasks.files import validate_config_files, write_task_tree
-
     bundle = validate_config_files(configs.files)
     write_task_tree(tree, bundle, code.files)
     dataset = proposal.dataset
     if dataset and dataset.get("is_local"):
-        from gymforge.hub import get_hub
-
         get_hub(cfg).materialize(dataset["id"], tree / "data" / bundle.task.id / "data")

@@ -28,6 +28,9 @@ from pydantic import BaseModel
 from gymforge.core import atomic
 from gymforge.core.config import GymforgeConfig
 from gymforge.core.records import VerificationIteration, VerificationReport, derive_seed
+from gymforge.hub.data import quiet_datasets
+from gymforge.stages.verification import check_baseline, probe_evaluator
+from gymforge.tasks.mlgym import dump_yaml, load_dataset_config, load_task_config, workspace_layout
 
 Method = Literal["stratified", "time_tail", "random", "kept_whole", "unsupported"]
 
@@ -164,8 +167,6 @@ def _shrink_hf(path: Path, rel: str, dataset, cfg: GymforgeConfig, slot: str,
                hidden: dict[str, list[str]] | None) -> list[SplitChange]:
     import datasets
 
-    from gymforge.offline.hub import quiet_datasets
-
     with quiet_datasets():
         dd = datasets.load_from_disk(str(path))
     if not isinstance(dd, datasets.DatasetDict):
@@ -279,8 +280,6 @@ def scale_repeats(source: str, scale: float) -> tuple[str, list[tuple[str, int, 
 
 def shrink_task(cfg: GymforgeConfig, slot: str, tree: Path, hidden: dict[str, list[str]] | None) -> MicroInfo:
     """Rewrite the MLGym tree `tree` (a copy) into its micro variant, in place."""
-    from gymforge.tasks.mlgym import dump_yaml, load_dataset_config, load_task_config, workspace_layout
-
     task_yaml = next((tree / "configs" / "tasks").glob("*.yaml"))
     task = load_task_config(task_yaml)
     info = MicroInfo(max_train_rows=cfg.micro.max_train_rows, kind="kept_as_is")
@@ -352,8 +351,6 @@ def micro_task(cfg: GymforgeConfig, slot: str, report: Path, env: Path, report_o
 
 
 def _micro(cfg: GymforgeConfig, slot: str, full: VerificationReport, env_in: Path, out: Path) -> MicroReport:
-    from gymforge.stages.verification import check_baseline, probe_evaluator
-
     report = MicroReport(item=slot, status="ok", task_id=full.task_id, entrypoint=full.entrypoint,
                          hidden_columns=full.hidden_columns)
     with tempfile.TemporaryDirectory(dir=out.parent, prefix=f".{slot}-micro-") as scratch:

@@ -15,6 +15,8 @@ from gymforge.core.prompts import render
 from gymforge.core.records import ProposalRecord, TaskProposal, UsageRecord, derive_seed
 from gymforge.stages.topics import load_slot
 from gymforge.llm.json_reply import NotJSON, extract_json
+from gymforge.hub import get_hub
+from gymforge.llm.client import make_client
 
 SEARCH_TOOL = {
     "type": "function",
@@ -65,9 +67,6 @@ def proposal(cfg: GymforgeConfig, slot: str, batch_file: Path, out: Path, hub: D
                                 reason=topic.reason, topic=topic.topic)
         atomic.write_text(out, record.model_dump_json(indent=2))
         return record
-
-    from gymforge.hub import get_hub
-    from gymforge.llm.client import make_client
 
     hub = hub or get_hub(cfg)
     limits = cfg.proposals

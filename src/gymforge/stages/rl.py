@@ -4,20 +4,28 @@
 
 1. serve the current policy through the benchmark's serving seam (`open_endpoint`: transformers on CPU,
    vLLM on GPUs) under a name that changes every iteration (no cached reply of an older policy is reused);
-2. for `rl.tasks_per_iteration` tasks (round-robin over the RL tasks), run `rl.group_size` episodes each
+2. for `rl.tasks_per_iteration` tasks (chosen by `rl.task_sampling`: learning-frontier sampling from the tasks'
+   recent pass rates, or round-robin; `gymforge.rl.frontier`), run `rl.group_size` episodes each
    through the shared `EpisodeRunner` (same sandboxes, agent loop, evaluation and audit as everywhere);
    a share `rl.improve_fraction` of them starts from the task's best previous solution with the
    improve prompt (`gymforge.rl.rollouts`);
-3. score every episode (`gymforge.rl.rewards`), compute group-relative advantages per task, and update
-   the policy with the clipped, KL-penalised, optionally duration-weighted loss (`gymforge.rl.grpo`) on the
-   reply tokens of every request the loop sent;
+3. score every episode (`gymforge.rl.rewards`), compute group-relative advantages per task, leave groups with zero
+   reward variance out (`rl.drop_zero_variance`; an iteration without a group left skips its update and carries
+   the checkpoint over), and update the policy with the clipped, KL-penalised, optionally duration-weighted loss
+   (`gymforge.rl.grpo`) on the reply tokens of every request the loop sent;
 4. write the iteration's checkpoint (`<out>/../.work/iter_<k>/`, with the optimizer state), the state
    file, and one row of `curve.json`, each atomically.
+
+With `rl.gpus > 1` this process holds no model: step 3's update (and the checkpoint of step 4) runs in `rl.gpus`
+worker processes, sharded with `rl.strategy` (`gymforge.rl.sharded`: `accelerate launch` with SFT's FSDP /
+ZeRO-3 configs), after the iteration's server has stopped. `check_update_memory` refuses, before any rollout, a
+plan whose update cannot fit the GPUs (`gymforge.rl.memory`).
 
 Resume: `.work/state.json` names the last finished iteration; a rerun (after kill -9 too) loads that
 iteration's checkpoint and optimizer and goes on with the next one, as long as its fingerprint (the
 `seed` and `rl` config, the SFT checkpoint and the task list) is unchanged; otherwise it starts over.
-Every iteration's seeds derive from (seed, iteration, slot, episode), so a resumed run draws what an
+Every iteration's seeds derive from (seed, iteration, slot, episode), and its task choice from (seed, iteration)
+and the finished iterations' pass rates (kept in the state's curve rows), so a resumed run draws what an
 uninterrupted one would. The declared outputs (the final checkpoint folder and `curve.json`) are
 written at the end; `curve.json` is also rewritten after every iteration for watching a run.
 """
@@ -37,6 +45,15 @@ from gymforge.core import atomic
 from gymforge.core.config import EndpointConfig, GymforgeConfig, ModelSpec
 from gymforge.core.records import derive_seed, text_hash
 from gymforge.rl.rewards import Episode, episode_reward
+from gymforge.llm.client import LLMClient
+from gymforge.llm.serving import open_endpoint
+from gymforge.rl import frontier, grpo
+from gymforge.rl.memory import GiB, advice, params_of, rl_update_memory
+from gymforge.rl import sharded as sharded_update
+from gymforge.rl.sharded import checkpoint_files
+from gymforge.rl.rollouts import EpisodePlan, improve_variant, load_task, run_episodes, solution_actions
+from gymforge.stages.evaluation import checkpoint_tag
+from gymforge.tasks.episode import EpisodeRunner
 
 log = logging.getLogger("gymforge.rl")
 
@@ -52,8 +69,6 @@ def iteration_dir(work: Path, iteration: int) -> Path:
 
 
 def fingerprint(cfg: GymforgeConfig, sft_checkpoint: Path, slots: list[str]) -> str:
-    from gymforge.stages.evaluation import checkpoint_tag
-
     # every setting that changes what an iteration does; not `iterations`: a run may be extended or cut short
     view = cfg.rerun_view()["rl"]
     view.pop("iterations")
@@ -61,14 +76,27 @@ def fingerprint(cfg: GymforgeConfig, sft_checkpoint: Path, slots: list[str]) -> 
                      + ",".join(slots))
 
 
-def plan_iteration(cfg: GymforgeConfig, iteration: int, tasks: list[Any], best: dict[str, Any],
-                   improve_root: Path) -> list[Any]:
-    """The episodes of one iteration: which tasks, which seeds, which start from the best solution."""
-    from gymforge.rl.rollouts import EpisodePlan, improve_variant
-
+def choose_tasks(cfg: GymforgeConfig, iteration: int, tasks: list[Any], rows: list[dict[str, Any]]) -> list[Any]:
+    """The `rl.tasks_per_iteration` tasks of one iteration (`rl.task_sampling`): learning-frontier sampling from
+    the pass rates of the finished iterations (`rows`, their curve rows) with the iteration's own seed, or
+    round-robin (`gymforge.rl.frontier`)."""
     rl = cfg.rl
-    n = min(rl.tasks_per_iteration, len(tasks))
-    chosen = [tasks[(iteration * n + j) % len(tasks)] for j in range(n)]
+    slots = [t.slot for t in tasks]
+    if rl.task_sampling == "round_robin":
+        picked = frontier.choose_round_robin(slots, iteration, rl.tasks_per_iteration)
+    else:
+        seed = cfg.seed if rl.seed is None else rl.seed
+        picked = frontier.choose_frontier(slots, frontier.pass_history(rows), rl.tasks_per_iteration,
+                                          random.Random(derive_seed(seed, "rl-tasks", iteration)),
+                                          window=rl.frontier_window, floor=rl.frontier_floor)
+    by_slot = {t.slot: t for t in tasks}
+    return [by_slot[s] for s in picked]
+
+
+def plan_iteration(cfg: GymforgeConfig, iteration: int, chosen: list[Any], best: dict[str, Any],
+                   improve_root: Path) -> list[Any]:
+    """The episodes of one iteration on its `chosen` tasks: which seeds, which start from the best solution."""
+    rl = cfg.rl
     plans = []
     seed = cfg.seed if rl.seed is None else rl.seed
     for task in chosen:
@@ -88,12 +116,6 @@ def plan_iteration(cfg: GymforgeConfig, iteration: int, tasks: list[Any], best: 
 def serve_and_collect(cfg: GymforgeConfig, policy_dir: Path, iteration: int, plans: list[Any], work: Path,
                       log_file: Path | None) -> list[tuple[Any, Any, float]]:
     """Serve `policy_dir` (the benchmark's seam) and run the planned episodes against it."""
-    from gymforge.llm.client import LLMClient
-    from gymforge.llm.serving import open_endpoint
-    from gymforge.stages.evaluation import checkpoint_tag
-    from gymforge.tasks.episode import EpisodeRunner
-    from gymforge.rl.rollouts import run_episodes
-
     rl = cfg.rl
     serving = cfg.evaluate.serving.model_copy(update={"max_new_tokens": rl.max_new_tokens,
                                                       "temperature": rl.temperature, "gpus": rl.gpus})
@@ -142,26 +164,43 @@ def _save_checkpoint(policy: Any, optimizer: Any, sft_checkpoint: Path, dest: Pa
     tmp = dest.with_name(dest.name + ".tmp")
     shutil.rmtree(tmp, ignore_errors=True)
     tmp.mkdir(parents=True)
-    for f in Path(sft_checkpoint).iterdir():  # tokenizer, chat template, generation config
-        if f.is_file() and not f.name.endswith((".safetensors", ".bin", ".pt", ".png", ".jsonl")) \
-                and f.name != "train_report.json":
-            shutil.copy2(f, tmp / f.name)
+    checkpoint_files(sft_checkpoint, tmp)
     policy.save_pretrained(str(tmp))
     torch.save(optimizer.state_dict(), tmp / "optimizer.pt")
     shutil.rmtree(dest, ignore_errors=True)
     tmp.rename(dest)
 
 
+def check_update_memory(cfg: GymforgeConfig) -> None:
+    """Refuse, before any rollout, an update that cannot fit the job's GPUs (`gymforge.rl.memory`, the figures of
+    `gymforge estimate` with the device's real memory): it would fail only after the first iteration's episodes."""
+    import torch
+
+    if not cfg.rl.gpus or not torch.cuda.is_available():
+        return
+    capacity = torch.cuda.get_device_properties(0).total_memory / GiB
+    params = params_of(cfg.train.student)
+    memory = rl_update_memory(cfg, params, capacity)
+    if memory is None or memory.fits:
+        return
+    raise RuntimeError(f"rl: the update of {cfg.train.student} needs ~{memory.total:.0f} GiB per GPU with "
+                       f"{memory.note} (docs/rl.md, \"Memory of the update\"), more than this GPU's "
+                       f"{capacity:.0f} GiB. {advice(cfg, params, capacity)}")
+
+
 def _mean(xs: list[float]) -> float:
     return sum(xs) / len(xs) if xs else 0.0
 
 
-def _curve_row(iteration: int, scored: list[dict[str, Any]], stats: dict[str, float], wall_s: float) -> dict[str, Any]:
+def _curve_row(iteration: int, scored: list[dict[str, Any]], stats: dict[str, float], wall_s: float, *,
+               chosen: list[str], groups: int, dropped: list[str], skipped: bool) -> dict[str, Any]:
     durations = [d for e in scored for d in e["durations"]]
     rewards = [e["reward"] for e in scored]
     by_task: dict[str, list[float]] = {}
     for e in scored:
         by_task.setdefault(e["slot"], []).append(e["reward"])
+    episodes = {slot: sum(1 for e in scored if e["slot"] == slot) for slot in chosen}
+    passes = {slot: sum(1 for e in scored if e["slot"] == slot and e["passed"]) for slot in chosen}
     milestones = {}
     for name in ("ran_code", "artefact", "evaluated", "beat_baseline"):
         milestones[name] = round(sum(e["milestones"][name] for e in scored) / max(len(scored), 1), 4)
@@ -180,6 +219,16 @@ def _curve_row(iteration: int, scored: list[dict[str, Any]], stats: dict[str, fl
         "optimizer_steps": int(stats.get("optimizer_steps", 0)),
         "milestone_shares": milestones,
         "task_mean_reward": {k: round(_mean(v), 6) for k, v in by_task.items()},
+        # frontier sampling (gymforge.rl.frontier): the tasks chosen, and per task its scored episodes and passes
+        "tasks": list(chosen),
+        "task_episodes": episodes,
+        "task_passes": passes,
+        "task_pass_rate": {k: round(passes[k] / n, 4) if n else None for k, n in episodes.items()},
+        # dynamic sampling: groups with scored episodes, those left out for zero reward variance, a skipped update
+        "groups": groups,
+        "groups_dropped_zero_variance": len(dropped),
+        "zero_variance_tasks": list(dropped),
+        "update_skipped": skipped,
         "wall_s": round(wall_s, 2),
     }
 
@@ -204,9 +253,6 @@ def run_rl(cfg: GymforgeConfig, sft_checkpoint: Path, tasks: list[Any], checkpoi
     import torch
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
-    from gymforge.rl import grpo
-    from gymforge.rl.rollouts import solution_actions
-
     rl = cfg.rl
     torch.set_num_threads(rl.threads)
     sft_checkpoint, checkpoint_out, curve_out = Path(sft_checkpoint), Path(checkpoint_out), Path(curve_out)
@@ -220,31 +266,38 @@ def run_rl(cfg: GymforgeConfig, sft_checkpoint: Path, tasks: list[Any], checkpoi
     work.mkdir(parents=True, exist_ok=True)
     seed = cfg.seed if rl.seed is None else rl.seed
     meta = {"student": cfg.train.name, "tasks": slots, "group_size": rl.group_size,
-            "tasks_per_iteration": rl.tasks_per_iteration, "duration_aware": rl.duration_aware,
+            "tasks_per_iteration": rl.tasks_per_iteration, "task_sampling": rl.task_sampling,
+            "drop_zero_variance": rl.drop_zero_variance, "duration_aware": rl.duration_aware,
             "improve_fraction": rl.improve_fraction}
 
     tokenizer = AutoTokenizer.from_pretrained(str(sft_checkpoint))
     template = grpo.training_template(tokenizer, cfg.train.student)
-    # one device: the first of the job's GPUs (the policy server holds them during rollouts), else the CPU
-    device = "cuda" if torch.cuda.is_available() else "cpu"
-    dtype = torch.bfloat16 if device == "cuda" and torch.cuda.is_bf16_supported() else torch.float32
-    reference = AutoModelForCausalLM.from_pretrained(str(sft_checkpoint), dtype=dtype).to(device).eval()
-    for p in reference.parameters():
-        p.requires_grad_(False)
+    check_update_memory(cfg)
     start = state["finished"]
     policy_dir = iteration_dir(work, start) if start else sft_checkpoint
     if start:
         log.info("resuming after iteration %d (checkpoint %s)", start - 1, policy_dir)
-    policy = AutoModelForCausalLM.from_pretrained(str(policy_dir), dtype=torch.float32).to(device).eval()
-    optimizer = torch.optim.AdamW(policy.parameters(), lr=rl.learning_rate, weight_decay=0.0)
-    if start and (policy_dir / "optimizer.pt").exists():
-        optimizer.load_state_dict(torch.load(policy_dir / "optimizer.pt", weights_only=True, map_location=device))
+    # rl.gpus > 1: each update runs in rl.gpus worker processes, sharded (gymforge.rl.sharded); this process holds
+    # no model. Otherwise one device: the first of the job's GPUs (the policy server holds them during rollouts),
+    # else the CPU.
+    sharded = rl.gpus > 1
+    if not sharded:
+        device = "cuda" if torch.cuda.is_available() else "cpu"
+        dtype = torch.bfloat16 if device == "cuda" and torch.cuda.is_bf16_supported() else torch.float32
+        reference = AutoModelForCausalLM.from_pretrained(str(sft_checkpoint), dtype=dtype).to(device).eval()
+        for p in reference.parameters():
+            p.requires_grad_(False)
+        policy = AutoModelForCausalLM.from_pretrained(str(policy_dir), dtype=torch.float32).to(device).eval()
+        optimizer = torch.optim.AdamW(policy.parameters(), lr=rl.learning_rate, weight_decay=0.0)
+        if start and (policy_dir / "optimizer.pt").exists():
+            optimizer.load_state_dict(torch.load(policy_dir / "optimizer.pt", weights_only=True, map_location=device))
     collect = collect or (lambda d, it, plans: serve_and_collect(cfg, d, it, plans, work, log_file))
 
     for iteration in range(start, rl.iterations):
         t0 = time.monotonic()
         torch.manual_seed(derive_seed(seed, "rl-torch", iteration))
-        plans = plan_iteration(cfg, iteration, tasks, state["best"], work / "improve")
+        chosen = choose_tasks(cfg, iteration, tasks, state["curve"])
+        plans = plan_iteration(cfg, iteration, chosen, state["best"], work / "improve")
         results = collect(policy_dir, iteration, plans)
         scored, samples = [], []
         for plan, traj, wall in results:
@@ -254,7 +307,8 @@ def run_rl(cfg: GymforgeConfig, sft_checkpoint: Path, tasks: list[Any], checkpoi
             actions = [s for s in traj.trajectory if not s.action.startswith("exit_")]
             scored.append({"episode_id": plan.episode_id, "slot": plan.task.slot, "improve": plan.improve,
                            "exit_status": traj.info.exit_status, "steps": len(actions), "wall_s": round(wall, 2),
-                           "durations": [round(s.execution_time, 3) for s in actions], **r.as_dict()})
+                           "durations": [round(s.execution_time, 3) for s in actions], **r.as_dict(),
+                           "passed": frontier.passed(r.as_dict())})
             episode_samples = grpo.action_samples(traj, len(scored) - 1)
             samples.extend(episode_samples)
             best = state["best"].get(plan.task.slot)
@@ -270,47 +324,72 @@ def run_rl(cfg: GymforgeConfig, sft_checkpoint: Path, tasks: list[Any], checkpoi
         for members in groups.values():
             for i, a in zip(members, grpo.group_advantages([scored[i]["reward"] for i in members]), strict=True):
                 advantage[i] = a
+        # dynamic sampling: a group whose rewards are all equal (advantage 0 throughout) is left out of the update
+        dropped = [slot for slot, members in groups.items()
+                   if rl.drop_zero_variance and frontier.zero_variance([scored[i]["reward"] for i in members])]
+        kept = {i for slot, members in groups.items() if slot not in dropped for i in members}
+        if rl.drop_zero_variance:
+            samples = [s for s in samples if s.episode in kept]
         weights = grpo.duration_weights([s.duration_s for s in samples], enabled=rl.duration_aware,
                                         floor_s=rl.duration_floor_s, max_weight=rl.duration_max_weight)
         for s, w in zip(samples, weights, strict=True):
             s.advantage, s.weight = advantage[s.episode], w
-        samples = [s for s in samples if s.advantage != 0.0]  # nothing to learn from a zero advantage
-        samples = grpo.prepare(samples, tokenizer, policy, reference, max_length=rl.max_length, template=template,
-                               temperature=rl.temperature, single_step=rl.epochs == 1 and rl.minibatches == 1)
-        stats = grpo.update(policy, optimizer, samples, epochs=rl.epochs, minibatches=rl.minibatches,
-                            clip_eps=rl.clip_eps, kl_coef=rl.kl_coef, max_grad_norm=rl.max_grad_norm,
-                            rng=random.Random(derive_seed(seed, "rl-update", iteration)), temperature=rl.temperature)
-        row = _curve_row(iteration, scored, stats, time.monotonic() - t0)
+        if rl.drop_zero_variance:  # an episode exactly at its group's mean teaches nothing either
+            samples = [s for s in samples if s.advantage != 0.0]
+        skipped = not kept  # no group left (all dropped, or no episode scored): the checkpoint is carried over
+        update_seed = derive_seed(seed, "rl-update", iteration)
+        if skipped:
+            stats: dict[str, float] = {}
+            sharded_update.copy_policy(policy_dir, sft_checkpoint, iteration_dir(work, iteration + 1))
+            log.info("iteration %d: no group with reward variance (%d dropped): update skipped", iteration,
+                     len(dropped))
+        elif sharded:  # the workers write the next checkpoint themselves
+            samples = sharded_update.tokenize_samples(samples, tokenizer, max_length=rl.max_length, template=template)
+            stats = sharded_update.run_update(cfg, samples, policy_dir=policy_dir, reference_dir=sft_checkpoint,
+                                              dest=iteration_dir(work, iteration + 1), folder=work / "update",
+                                              update_seed=update_seed, torch_seed=derive_seed(seed, "rl-torch", iteration),
+                                              log_file=log_file)
+        else:
+            samples = grpo.prepare(samples, tokenizer, policy, reference, max_length=rl.max_length, template=template,
+                                   temperature=rl.temperature, single_step=rl.epochs == 1 and rl.minibatches == 1)
+            stats = grpo.update(policy, optimizer, samples, epochs=rl.epochs, minibatches=rl.minibatches,
+                                clip_eps=rl.clip_eps, kl_coef=rl.kl_coef, max_grad_norm=rl.max_grad_norm,
+                                rng=random.Random(update_seed), temperature=rl.temperature)
+        row = _curve_row(iteration, scored, stats, time.monotonic() - t0, chosen=[t.slot for t in chosen],
+                         groups=len(groups), dropped=dropped, skipped=skipped)
         for e, a in zip(scored, advantage, strict=True):
             e["advantage"] = round(a, 6)
         atomic.write_json(work / "episodes" / f"iteration_{iteration:04d}.json", scored)
         policy_dir = iteration_dir(work, iteration + 1)
-        _save_checkpoint(policy, optimizer, sft_checkpoint, policy_dir)
+        if not sharded and not skipped:
+            _save_checkpoint(policy, optimizer, sft_checkpoint, policy_dir)
         state["curve"].append(row)
         state["finished"] = iteration + 1
         atomic.write_json(work / STATE, state)
         write_curve(curve_out, state["curve"], meta)
         for old in range(0, iteration + 1 - rl.keep_checkpoints + 1):
             shutil.rmtree(iteration_dir(work, old), ignore_errors=True)
-        log.info("iteration %d: mean reward %.3f, valid %.0f%%, kl %.4f, %d samples, %.0fs", iteration,
-                 row["mean_reward"], 100 * row["valid_share"], row["kl"], row["samples"], row["wall_s"])
+        log.info("iteration %d: tasks %s, mean reward %.3f, valid %.0f%%, kl %.4f, %d samples, %d of %d groups "
+                 "dropped (zero variance), %.0fs", iteration, ",".join(row["tasks"]), row["mean_reward"],
+                 100 * row["valid_share"], row["kl"], row["samples"], row["groups_dropped_zero_variance"],
+                 row["groups"], row["wall_s"])
 
     final = iteration_dir(work, state["finished"])
     tmp = checkpoint_out.with_name(checkpoint_out.name + ".tmp")
     shutil.rmtree(tmp, ignore_errors=True)
-    shutil.copytree(final, tmp, ignore=shutil.ignore_patterns("optimizer.pt"))
+    shutil.copytree(final, tmp, ignore=shutil.ignore_patterns("optimizer.pt", "optimizer_deepspeed"))
     shutil.rmtree(checkpoint_out, ignore_errors=True)
     tmp.rename(checkpoint_out)
     quarters = quarter_means(state["curve"])
     if quarters:
         meta["first_quarter_mean_reward"], meta["last_quarter_mean_reward"] = (round(q, 6) for q in quarters)
+    meta["groups_dropped_zero_variance"] = sum(r.get("groups_dropped_zero_variance", 0) for r in state["curve"])
+    meta["updates_skipped"] = sum(1 for r in state["curve"] if r.get("update_skipped"))
     write_curve(curve_out, state["curve"], meta)
     return json.loads(curve_out.read_text())
 
 
 def load_tasks(slots: list[str], reports: list[Path], envs: list[Path], proposals: list[Path]) -> list[Any]:
-    from gymforge.rl.rollouts import load_task
-
     return [load_task(s, r, e, p) for s, r, e, p in zip(slots, reports, envs, proposals, strict=True)]
 
 
@@ -321,4 +400,6 @@ def train_rl(cfg: GymforgeConfig, sft: Path, slots: list[str], reports: list[Pat
     curve = run_rl(cfg, Path(sft), load_tasks(slots, reports, envs, proposals), Path(out), Path(curve_out),
                    log_file=log)
     return (f"{len(curve['iterations'])} RL iterations: mean reward first quarter "
-            f"{curve.get('first_quarter_mean_reward')} -> last quarter {curve.get('last_quarter_mean_reward')}")
+            f"{curve.get('first_quarter_mean_reward')} -> last quarter {curve.get('last_quarter_mean_reward')}; "
+            f"{curve.get('groups_dropped_zero_variance', 0)} zero-variance groups dropped, "
+            f"{curve.get('updates_skipped', 0)} updates skipped")

@@ -29,61 +29,26 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
-from pydantic import BaseModel, Field
-
 from gymforge.core import atomic
-from gymforge.agent.trajectory import Trajectory
 from gymforge.core.config import GymforgeConfig
 from gymforge.core.progress import Progress
-from gymforge.core.records import ItemRecord, UsageRecord, VerificationReport, derive_seed, text_hash
-from gymforge.core.plan import shard_count, shard_id, shard_ids, shard_rollouts  # noqa: F401  (re-exported)
+from gymforge.core.records import (
+    RolloutRecord,
+    SandboxRef,
+    ShardRecord,
+    TeacherRef,
+    UsageRecord,
+    VerificationReport,
+    derive_seed,
+    text_hash,
+)
+from gymforge.core.plan import parts_dir, shard_count, shard_id, shard_ids, shard_rollouts  # noqa: F401  (re-exported)
+from gymforge.llm.client import make_client
+from gymforge.tasks.episode import EpisodeRunner
 
 log = logging.getLogger("gymforge.rollouts")
 
 TRANSIENT_EXITS = ("(api)", "(cost)")
-
-
-class TeacherRef(BaseModel):
-    provider: str
-    model: str = Field(description="Model name sent to the endpoint (an offline teacher may carry a skill suffix).")
-    endpoint: str = Field(description="Base URL the requests went to (credentials stripped).")
-    temperature: float
-    max_tokens: int
-
-
-class SandboxRef(BaseModel):
-    backend: str
-    confinement: str | None = None
-    image: str | None = None
-
-
-class RolloutRecord(BaseModel):
-    """One teacher episode: the MLGym-compatible trajectory (`.traj` keys) plus where and how it was produced.
-
-    Per-step token counts (`prompt_tokens`, `completion_tokens`) and timings (`query_time`,
-    `execution_time`) are fields of every `trajectory.trajectory[*]` step.
-    """
-
-    slot: str
-    task_id: str
-    rollout: int = Field(description="Index of the rollout within its task, 0 .. per_task - 1.")
-    seed: int = Field(description="derive_seed(run seed, 'rollout', slot, rollout); sent with every request.")
-    teacher: TeacherRef
-    sandbox: SandboxRef
-    max_steps: int
-    baseline: dict[str, float] | None = Field(None, description="The task's baseline metrics the agent was shown.")
-    fingerprint: str = Field(description="Hash of what determines this rollout (config sections + verified task).")
-    wall_s: float
-    trajectory: Trajectory
-
-
-class ShardRecord(ItemRecord):
-    shard: int
-    task_id: str | None = None
-    rollout_indices: list[int] = []
-    fingerprint: str | None = None
-    resumed: int = Field(0, description="Rollouts taken from a previous, interrupted run of this shard.")
-    rollouts: list[RolloutRecord] = []
 
 
 # ---- the plan ---------------------------------------------------------------------------------------
@@ -91,11 +56,6 @@ class ShardRecord(ItemRecord):
 
 def rollout_seed(cfg: GymforgeConfig, slot: str, index: int) -> int:
     return derive_seed(cfg.seed, "rollout", slot, index)
-
-
-def parts_dir(out: Path) -> Path:
-    """Where finished rollouts of the shard at `out` wait for the shard to complete."""
-    return out.parent / f".{out.stem}.parts"
 
 
 def work_dir(out: Path) -> Path:
@@ -118,8 +78,6 @@ def _scrub(url: str | None) -> str:
 
 def rollout_client(cfg: GymforgeConfig) -> Any:
     """The teacher client for rollouts: `llm.teacher` with `trajectories.model` as its model, when set."""
-    from gymforge.llm.client import make_client
-
     return make_client(cfg, "trajectories", model=cfg.trajectories.model)
 
 
@@ -178,8 +136,6 @@ def rollout_shard(cfg: GymforgeConfig, slot: str, shard: int, report: Path, env:
 class _ShardRunner:
     def __init__(self, cfg: GymforgeConfig, slot: str, report: VerificationReport, env_dir: Path, out: Path,
                  stamp: str, llm: Any) -> None:
-        from gymforge.tasks.episode import EpisodeRunner
-
         self.cfg, self.slot, self.report, self.out, self.stamp = cfg, slot, report, out, stamp
         self.tree = env_dir / "mlgym"
         self.task_yaml = next((self.tree / "configs" / "tasks").glob("*.yaml"))

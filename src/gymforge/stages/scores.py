@@ -17,6 +17,10 @@ from gymforge.benchmark.aup import RunResult, TaskMeta, aup_csv, bootstrap_aup, 
 from gymforge.core.config import GymforgeConfig, ModelSpec
 from gymforge.core.records import CheckReport
 from gymforge.stages.evaluation import EvalRecord
+from gymforge.benchmark.suite import load_benchmark
+from gymforge.report.score_plots import aup_bars, performance_profiles, violins
+from gymforge.report.summary import write_summary
+from gymforge.tasks.mlgym import load_task_config
 
 
 def _runs(records: dict[Path, EvalRecord]) -> list[RunResult]:
@@ -72,10 +76,6 @@ def _check_summary(report: CheckReport) -> dict:
 def score_table(cfg: GymforgeConfig, records: list[Path], *, aup_out: Path, scores_out: Path,
                 replies_out: Path, violins_out: Path, bars_out: Path, profiles_out: Path,
                 checks: list[Path] | None = None) -> str:
-    from gymforge.benchmark.suite import load_benchmark
-    from gymforge.tasks.mlgym import load_task_config
-    from gymforge.report.score_plots import aup_bars, performance_profiles, violins
-
     benchmark = load_benchmark(cfg.evaluate)
     metas = {t.id: TaskMeta(id=t.id, metric=t.metric, higher_is_better=t.higher_is_better) for t in benchmark}
     baselines = {}
@@ -117,7 +117,5 @@ def score_table(cfg: GymforgeConfig, records: list[Path], *, aup_out: Path, scor
 
 def run_summary(results: Path, html_out: Path, png_out: Path) -> Path:
     """The funnel page and figure of a results directory (shown first in `snakemake --report`)."""
-    from gymforge.report.summary import write_summary
-
     write_summary(Path(results), Path(html_out), Path(png_out))
     return Path(html_out)

@@ -1,16 +1,32 @@
 """Stage 3.6: filter the rollouts and turn the kept ones into an SFT dataset (chat format), with statistics.
 
-What an example is: one example per kept trajectory, and its messages are exactly what the teacher was
-sent at its final turn followed by its final reply: `build_messages(history up to the last assistant
-turn)`, the same templates and the same history processing (all but the last
-`AgentConfig.keep_observations` observations elided) as the agent loop uses at evaluation time. So the
-last assistant turn of every example is an exact request/response pair of the endpoint log, and every
-earlier assistant turn is the teacher's real reply. The one difference from what the teacher saw: an
-earlier turn was generated while up to `keep_observations` more recent observations were still shown in
-full, which this final view shows elided (and a reply that needed a format re-ask was generated after
-the rejected reply and the format-error prompt, which the history drops, as MLGym does). One example per
-turn would be exact for every turn but costs O(turns^2) tokens; the paper trains on whole trajectories.
-`requests_of` rebuilds every request a trajectory sent, which the tests compare with the endpoint's log.
+The filters (below) decide per trajectory; each kept trajectory then becomes examples of one unit
+(`sft.example_unit`, docs/training.md "Example units"):
+
+- `conversation`: one example per kept trajectory, its messages exactly what the teacher was sent at its
+  final turn followed by its final reply: `build_messages(history up to the last assistant turn)`, the same
+  templates and the same history processing (all but the last `AgentConfig.keep_observations` observations
+  elided) as the agent loop uses at evaluation time. Its last assistant turn is an exact request/response
+  pair of the endpoint log; every earlier assistant turn is the teacher's real reply, but was generated while
+  up to `keep_observations` more recent observations were still shown in full (and a reply that needed a
+  format re-ask after the rejected reply and the format-error prompt, which the history drops, as MLGym
+  does). Every assistant turn is trained; training keeps the first `train.max_length` tokens, so the later
+  replies of a longer trajectory are lost.
+- `request`: one example per accepted teacher reply, the exact request the loop sent for it (`requests_of`,
+  shared with RL: elided observations and the format re-ask included) followed by that reply; only that
+  final assistant turn is trained (`Example.unit`, `gymforge.student.masks`: `last_only`). O(turns^2) tokens;
+  an example longer than `train.max_length` loses the start of its request, never the reply (unless the
+  reply alone is longer), as an RL sample does.
+- `auto` (the default): `request` when `train.max_length` is shorter than the longest kept trajectory (in
+  student tokens), else `conversation`: with a context that holds every kept trajectory nothing is cut and
+  the conversation is the cheaper unit.
+
+`sft/stats.json` records the resolved unit (`example_unit`) and counts, per unit, the examples, the tokens
+one epoch feeds, the trained tokens and the replies trained whole (`units`): both units under `auto` and
+`request`, so the cost of either choice is visible; only `conversation` when it is asked for (counting the
+requests costs O(turns^2) tokens of tokenization). `gymforge.agent.trajectory` builds the examples (`sft_messages`, `reply_chats`) and
+rebuilds every request a trajectory sent (`requests_of`, which the tests compare with the endpoint's log);
+`gymforge.agent.sources` reads the candidates.
 
 Filters, in order; a rejected trajectory is counted under the first it fails:
 0. `flagged`: a suspicious-action flag (gymforge.agent.audit: answers or evaluation paths touched, a
@@ -29,29 +45,39 @@ Filters, in order; a rejected trajectory is counted under the first it fails:
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
-import math
 import shutil
 import statistics
 import tempfile
 from collections import Counter, defaultdict
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable, Iterator
 
 from pydantic import BaseModel, Field
 
-from gymforge.core import atomic
 from gymforge.agent.audit import ATTEMPT_CODES
-from gymforge.agent.loop import AgentConfig, build_messages
-from gymforge.agent.trajectory import Trajectory
+from gymforge.agent.sources import Candidate, import_candidates, shard_candidates, valid_score
+from gymforge.agent.trajectory import KEEP_OBSERVATIONS
+from gymforge.core import atomic
 from gymforge.core.config import GymforgeConfig
-from gymforge.core.prompts import render
+from gymforge.core.records import Example, Trajectory
+from gymforge.hub.data import quiet_datasets
+from gymforge.student.masks import tokenize_turns
+from gymforge.student.tokenizer import build_tokenizer, count_chat_tokens, load_tokenizer
 
-KEEP_OBSERVATIONS = AgentConfig().keep_observations
 REASONS = ("flagged", "no_successful_submission", "no_assistant_turn", "too_long", "duplicate", "over_task_cap")
 SUCCESS_RULE = "at least one score entry (validate, submit or auto-submission) with a finite numeric metric"
+UNITS = ("conversation", "request")
+UNIT_RULES = {
+    "conversation": f"one per kept trajectory: the final request as sent (build_messages, keep={KEEP_OBSERVATIONS} "
+                    "observations) plus the final reply; every assistant turn trained, cut at train.max_length "
+                    "keeping the start",
+    "request": f"one per accepted teacher reply: the exact request the loop sent for it (requests_of, keep="
+               f"{KEEP_OBSERVATIONS} observations, format re-asks included) plus the reply; only the reply trained, "
+               "an example longer than train.max_length loses the start of its request",
+}
 
 
 # ---- per trajectory ---------------------------------------------------------------------------------
@@ -64,77 +90,57 @@ def excluding_flags(flags: Iterable[str], cfg: GymforgeConfig) -> list[str]:
     return [f for f in flags if f not in kept]
 
 
-def valid_score(entry: dict[str, Any]) -> bool:
-    return any(isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) for v in entry.values())
-
-
 def is_successful(traj: Trajectory) -> bool:
     """At least one successful submission: a score entry with a valid metric."""
     return any(valid_score(entry) for entry in traj.info.score)
-
-
-def _chat(messages: Iterable[dict[str, Any]]) -> list[dict[str, str]]:
-    return [{"role": m["role"], "content": m["content"]} for m in messages]
-
-
-def sft_messages(traj: Trajectory, keep: int = KEEP_OBSERVATIONS) -> list[dict[str, str]] | None:
-    """The example of a trajectory: its final request as the model was sent it, plus the final reply."""
-    history = traj.history
-    last = max((i for i, m in enumerate(history) if m["role"] == "assistant"), default=None)
-    if last is None:
-        return None
-    return _chat(build_messages(history[: last + 1], keep))
-
-
-def requests_of(traj: Trajectory, keep: int = KEEP_OBSERVATIONS) -> list[list[dict[str, str]]]:
-    """Every request the agent loop sent for this trajectory, rebuilt from the file, in order.
-
-    A turn's first request is `build_messages` of the history before its reply; each rejected reply
-    (`format_errors`) was followed by a re-ask carrying it and the format-error prompt. Requests that
-    failed at the endpoint left no trace and are not rebuilt.
-    """
-    history = traj.history
-    assistant = iter(i for i, m in enumerate(history) if m["role"] == "assistant")
-    requests: list[list[dict[str, str]]] = []
-    for step in traj.trajectory:
-        model_turn = not (step.action.startswith("exit_") and step.thought.startswith("Exit due to"))
-        position = next(assistant) if model_turn else len(history)
-        if not model_turn and not step.format_errors:
-            continue  # an auto-submission decided before asking the model
-        base = _chat(build_messages(history[:position], keep))
-        convos = [base]
-        for rejected in step.format_errors:
-            convos.append([*base, {"role": "assistant", "content": rejected["response"]},
-                           {"role": "user", "content": render("agent_format_error", error=rejected["error"]).rstrip()}])
-        if not model_turn:
-            convos.pop()  # the re-ask after the last rejection was never sent: the run ended instead
-        requests.extend(convos)
-    return requests
 
 
 def messages_hash(messages: list[dict[str, str]]) -> str:
     return hashlib.sha256(json.dumps(messages, sort_keys=True, ensure_ascii=False).encode()).hexdigest()
 
 
-class Example(BaseModel):
-    """One line of `train.jsonl` / one row of the dataset."""
+def resolve_unit(configured: str, max_length: int, longest_kept: int | None) -> str:
+    """The example unit `sft.example_unit` stands for: `auto` is `request` when the student's context
+    (`train.max_length`) is shorter than the longest kept trajectory, else `conversation`."""
+    if configured != "auto":
+        return configured
+    return "request" if longest_kept is not None and longest_kept > max_length else "conversation"
 
-    id: str = Field(description="<slot>-r<rollout>; imported: the source's relative path")
-    messages: list[dict[str, str]]
-    slot: str
-    task: str
-    rollout: int
-    seed: int | None = Field(description="The rollout's seed; null when the source does not record one (MLGym).")
-    teacher: str = Field(description="The model that wrote the replies.")
-    exit_status: str
-    metric: str | None = Field(description="The task's priority metric (first baseline metric).")
-    score: float | None = Field(description="Value of `metric` in the last score entry (the final submission).")
-    scores: str = Field(description="JSON list of every score entry, in order.")
-    tokens: int = Field(description="Student-tokenizer tokens of `messages`, chat template applied.")
-    turns: int = Field(description="Assistant turns in `messages`.")
-    source: str = Field(description="JSON object: where the trajectory came from (`origin`: `rollouts` or the "
-                        "`sft.extra_sources` entry / import directory; `format`: gymforge-shard, gymforge-traj or "
-                        "mlgym; `path` relative to it; for MLGym runs the run folder's model and history processor).")
+
+def _runs(mask: list[int]) -> list[tuple[int, int]]:
+    """The `[start, end)` runs of ones of a mask: one per trained assistant turn."""
+    runs: list[tuple[int, int]] = []
+    for i, bit in enumerate(mask):
+        if bit and (not runs or runs[-1][1] != i):
+            runs.append((i, i + 1))
+        elif bit:
+            runs[-1] = (runs[-1][0], i + 1)
+    return runs
+
+
+class UnitCounter:
+    """What one example unit gives training (`stats["units"][unit]`), counted with the masks training uses."""
+
+    def __init__(self, max_length: int) -> None:
+        self.max_length = max_length
+        self.counts = Counter({"examples": 0, "tokens": 0, "trained_tokens": 0, "replies": 0, "replies_trained": 0,
+                               "truncated": 0})
+
+    def add(self, ids: list[int], mask: list[int], *, keep_end: bool) -> None:
+        """One example: `keep_end` (request) keeps its last `max_length` tokens, else its first (conversation)."""
+        n, cut = len(ids), self.max_length
+        window = (max(0, n - cut), n) if keep_end else (0, min(n, cut))
+        c = self.counts
+        c["examples"] += 1
+        c["tokens"] += window[1] - window[0]
+        c["trained_tokens"] += sum(mask[window[0]: window[1]])
+        c["truncated"] += n > cut
+        for start, end in _runs(mask):
+            c["replies"] += 1
+            c["replies_trained"] += window[0] <= start and end <= window[1]
+
+    def summary(self) -> dict[str, int]:
+        return dict(self.counts)
 
 
 class RolloutSummary(BaseModel):
@@ -165,7 +171,7 @@ def _features() -> Any:
         "id": string, "messages": [{"role": string, "content": string}], "slot": string, "task": string,
         "rollout": Value("int32"), "seed": Value("int64"), "teacher": string, "exit_status": string,
         "metric": string, "score": Value("float64"), "scores": string, "tokens": Value("int32"),
-        "turns": Value("int32"), "source": string,
+        "turns": Value("int32"), "source": string, "unit": string, "reply": Value("int32"),
     })
 
 
@@ -175,17 +181,7 @@ def _features() -> Any:
 def config_hash(cfg: GymforgeConfig) -> str:
     """Hash of every setting that shapes the SFT data (the dataset card's provenance stamp)."""
     return cfg.digest("seed", "teacher", "datasets", "proposals", "generation", "sandbox", "verification",
-                      "trajectories", "filter", "student", *(["sft"] if cfg.sft.extra_sources else []))
-
-
-def _rollouts(shard_files: Iterable[Path]) -> Iterator[tuple[Any, Any]]:
-    """(shard, rollout) pairs in (slot, shard, rollout index) order, one shard in memory at a time."""
-    from gymforge.stages.rollouts import ShardRecord
-
-    for path in sorted(Path(p) for p in shard_files):
-        shard = ShardRecord.model_validate_json(path.read_text())
-        for rec in sorted(shard.rollouts, key=lambda r: r.rollout):
-            yield shard, rec
+                      "trajectories", "filter", "student", "sft")
 
 
 def _summary(values: list[int]) -> dict[str, float]:
@@ -197,60 +193,12 @@ def _summary(values: list[int]) -> dict[str, float]:
             "max": ordered[-1], "total": sum(ordered)}
 
 
-def _priority(rec: Any) -> str | None:
-    if rec.baseline:
-        return next(iter(rec.baseline))
-    scores = rec.trajectory.info.score
-    return next(iter(scores[-1]), None) if scores else None
-
-
-@dataclass
-class Candidate:
-    """One trajectory offered to the filters, whatever it came from (a rollout shard, an imported run)."""
-
-    id: str
-    slot: str  # what the per-task cap and `per_task` statistics group by
-    task: str
-    rollout: int
-    seed: int | None
-    teacher: str  # the model that wrote the replies
-    exit_status: str
-    steps: int
-    messages: list[dict[str, str]] | None  # the example (None: no assistant turn)
-    scores: list[dict[str, Any]]
-    flags: list[str]  # audit flag codes, sorted, once each
-    metric: str | None  # the priority metric
-    source: dict[str, Any] = field(default_factory=dict)  # where it came from (`origin`, `format`, `path`, ...)
-
-    @property
-    def successful(self) -> bool:
-        return any(valid_score(entry) for entry in self.scores)
-
-
-def rollout_candidate(rec: Any, *, ident: str | None = None, source: dict[str, Any] | None = None) -> Candidate:
-    """The candidate of one `RolloutRecord` of a shard."""
-    traj = rec.trajectory
-    return Candidate(id=ident or f"{rec.slot}-r{rec.rollout:05d}", slot=rec.slot, task=rec.task_id,
-                     rollout=rec.rollout, seed=rec.seed, teacher=rec.teacher.model,
-                     exit_status=traj.info.exit_status or "unknown", steps=len(traj.trajectory),
-                     messages=sft_messages(traj), scores=list(traj.info.score),
-                     flags=sorted({f.code for f in traj.info.flags}), metric=_priority(rec),
-                     source=source or {"origin": "rollouts", "format": "gymforge-shard"})
-
-
-def shard_candidates(shard_files: Iterable[Path]) -> Iterator[Candidate]:
-    for _shard, rec in _rollouts(shard_files):
-        yield rollout_candidate(rec)
-
-
 def build_sft(cfg: GymforgeConfig, shard_files: Iterable[Path], tokenizer_dir: Path, *, jsonl_out: Path,
               dataset_out: Path, rollouts_out: Path, stats_out: Path,
               extra_sources: Iterable[str | Path] = ()) -> dict[str, Any]:
     """Filter every rollout of `shard_files`, then every trajectory of `extra_sources` (`sft.extra_sources`:
-    MLGym run folders or gymforge shards, read by `gymforge.tools.import_trajectories`), write the examples (JSONL +
+    MLGym run folders or gymforge shards, read by `gymforge.agent.sources`), write the examples (JSONL +
     `datasets` on disk), the per-rollout summary and the statistics; returns the statistics."""
-    from gymforge.tools.import_trajectories import import_candidates
-
     def candidates() -> Iterator[Candidate]:
         yield from shard_candidates(shard_files)
         for source in extra_sources:
@@ -261,12 +209,19 @@ def build_sft(cfg: GymforgeConfig, shard_files: Iterable[Path], tokenizer_dir: P
 
 
 def filter_examples(cfg: GymforgeConfig, candidates: Iterable[Candidate], tokenizer_dir: Path, *, jsonl_out: Path,
-                    dataset_out: Path, rollouts_out: Path, stats_out: Path) -> dict[str, Any]:
-    """The filters (module docstring) over `candidates`, in order; writes the kept examples (JSONL + `datasets`
-    on disk), one summary line per candidate and the statistics (counts per reason, per task and per source)."""
-    from gymforge.student.tokenizer import count_chat_tokens, load_tokenizer
-
+                    dataset_out: Path, rollouts_out: Path, stats_out: Path, unit: str | None = None) -> dict[str, Any]:
+    """The filters (module docstring) over `candidates`, in order; writes the kept trajectories' examples of the
+    example unit (`unit`, else `sft.example_unit`; `auto` resolved once every trajectory is filtered) as JSONL +
+    `datasets` on disk, one summary line per candidate and the statistics (counts per reason, per task, per source
+    and per example unit)."""
+    configured = unit or cfg.sft.example_unit
+    if configured not in ("auto", *UNITS):
+        raise ValueError(f"example unit {configured!r}: one of auto, {', '.join(UNITS)}")
+    max_length = cfg.train.max_length
     tokenizer = load_tokenizer(tokenizer_dir)
+    student = repr(cfg.train.student)
+    # the request unit costs O(turns^2) tokens to count: skipped when `conversation` is asked for explicitly
+    counters = {u: UnitCounter(max_length) for u in UNITS if u == "conversation" or configured != "conversation"}
     seen: set[str] = set()
     per_task_kept: Counter[str] = Counter()
     tasks: dict[str, dict[str, Any]] = {}
@@ -283,69 +238,87 @@ def filter_examples(cfg: GymforgeConfig, candidates: Iterable[Candidate], tokeni
     flagged: list[str] = []  # ids of flagged rollouts
 
     Path(jsonl_out).parent.mkdir(parents=True, exist_ok=True)
-    with tempfile.TemporaryDirectory(dir=Path(jsonl_out).parent, prefix=".sft-") as tmp:
-        examples_tmp, summary_tmp = Path(tmp) / "train.jsonl", Path(tmp) / "rollouts.jsonl"
-        with examples_tmp.open("w") as examples, summary_tmp.open("w") as summaries:
-            for c in candidates:
-                task = tasks.setdefault(c.slot, {"task_id": c.task, "rollouts": 0, "kept": 0, "discarded": Counter()})
-                origin = str(c.source.get("origin", "rollouts"))
-                src = sources.setdefault(origin, {"rollouts": 0, "kept": 0, "discarded": Counter()})
-                task["rollouts"] += 1
-                src["rollouts"] += 1
-                messages = c.messages
-                turns = sum(m["role"] == "assistant" for m in messages or [])
-                tokens = count_chat_tokens(tokenizer, messages) if messages else None
-                teachers[c.teacher] += 1
-                reason = None
-                flag_codes.update(c.flags)
-                if c.flags:
-                    flagged.append(c.id)
-                if cfg.filter.exclude_flagged and excluding_flags(c.flags, cfg):
-                    reason = "flagged"
-                elif not c.successful:
-                    reason = "no_successful_submission"
-                elif messages is None:
-                    reason = "no_assistant_turn"
-                elif tokens is not None and tokens > cfg.filter.max_tokens:
-                    reason = "too_long"
+    with tempfile.TemporaryDirectory(dir=Path(jsonl_out).parent, prefix=".sft-") as tmp, \
+            contextlib.ExitStack() as files:
+        summary_tmp = Path(tmp) / "rollouts.jsonl"
+        summaries = files.enter_context(summary_tmp.open("w"))
+        unit_tmp = {u: Path(tmp) / f"train.{u}.jsonl" for u in UNITS}
+        # auto writes both units and keeps the one it resolves to: the longest kept trajectory is known at the end
+        written = {u: files.enter_context(unit_tmp[u].open("w")) for u in UNITS if configured in ("auto", u)}
+        for c in candidates:
+            task = tasks.setdefault(c.slot, {"task_id": c.task, "rollouts": 0, "kept": 0, "discarded": Counter()})
+            origin = str(c.source.get("origin", "rollouts"))
+            src = sources.setdefault(origin, {"rollouts": 0, "kept": 0, "discarded": Counter()})
+            task["rollouts"] += 1
+            src["rollouts"] += 1
+            messages = c.messages
+            turns = sum(m["role"] == "assistant" for m in messages or [])
+            tokens = count_chat_tokens(tokenizer, messages) if messages else None
+            teachers[c.teacher] += 1
+            reason = None
+            flag_codes.update(c.flags)
+            if c.flags:
+                flagged.append(c.id)
+            if cfg.filter.exclude_flagged and excluding_flags(c.flags, cfg):
+                reason = "flagged"
+            elif not c.successful:
+                reason = "no_successful_submission"
+            elif messages is None:
+                reason = "no_assistant_turn"
+            elif tokens is not None and tokens > cfg.filter.max_tokens:
+                reason = "too_long"
+            else:
+                digest = messages_hash(messages)
+                if digest in seen:
+                    reason = "duplicate"
+                elif cap is not None and per_task_kept[c.slot] >= cap:
+                    reason = "over_task_cap"
                 else:
-                    digest = messages_hash(messages)
-                    if digest in seen:
-                        reason = "duplicate"
-                    elif cap is not None and per_task_kept[c.slot] >= cap:
-                        reason = "over_task_cap"
-                    else:
-                        seen.add(digest)
-                        per_task_kept[c.slot] += 1
-                last = c.scores[-1] if c.scores else {}
-                score = last.get(c.metric) if c.metric else None
-                score = float(score) if valid_score({"v": score}) else None
-                exits[c.exit_status]["total"] += 1
-                if messages:
-                    tokens_all.append(tokens or 0)
-                    turns_all.append(turns)
-                if reason is None:
-                    exits[c.exit_status]["kept"] += 1
-                    task["kept"] += 1
-                    src["kept"] += 1
-                    tokens_kept.append(tokens or 0)
-                    turns_kept.append(turns)
-                    example = Example(id=c.id, messages=messages or [], slot=c.slot, task=c.task, rollout=c.rollout,
-                                      seed=c.seed, teacher=c.teacher, exit_status=c.exit_status, metric=c.metric,
-                                      score=score, scores=json.dumps(c.scores), tokens=tokens or 0, turns=turns,
-                                      source=json.dumps(c.source, sort_keys=True))
-                    examples.write(example.model_dump_json() + "\n")
-                else:
-                    reasons[reason] += 1
-                    task["discarded"][reason] += 1
-                    src["discarded"][reason] += 1
-                summaries.write(RolloutSummary(
-                    id=c.id, slot=c.slot, task=c.task, rollout=c.rollout, seed=c.seed, exit_status=c.exit_status,
-                    steps=c.steps, turns=turns, tokens=tokens, successful=c.successful, kept=reason is None,
-                    reason=reason, score=score, flags=c.flags, source=origin).model_dump_json() + "\n")
+                    seen.add(digest)
+                    per_task_kept[c.slot] += 1
+            last = c.scores[-1] if c.scores else {}
+            score = last.get(c.metric) if c.metric else None
+            score = float(score) if valid_score({"v": score}) else None
+            exits[c.exit_status]["total"] += 1
+            if messages:
+                tokens_all.append(tokens or 0)
+                turns_all.append(turns)
+            if reason is None:
+                exits[c.exit_status]["kept"] += 1
+                task["kept"] += 1
+                src["kept"] += 1
+                tokens_kept.append(tokens or 0)
+                turns_kept.append(turns)
+                row = dict(slot=c.slot, task=c.task, rollout=c.rollout, seed=c.seed, teacher=c.teacher,
+                           exit_status=c.exit_status, metric=c.metric, score=score, scores=json.dumps(c.scores),
+                           source=json.dumps(c.source, sort_keys=True))
+                enc = tokenize_turns(tokenizer, messages or [], student)
+                counters["conversation"].add(enc["input_ids"], enc["assistant_masks"], keep_end=False)
+                if "conversation" in written:
+                    example = Example(id=c.id, messages=messages or [], tokens=tokens or 0, turns=turns,
+                                      unit="conversation", **row)
+                    written["conversation"].write(example.model_dump_json() + "\n")
+                for k, chat in enumerate(c.reply_chats() if "request" in counters else []):
+                    enc = tokenize_turns(tokenizer, chat, student, last_only=True)
+                    counters["request"].add(enc["input_ids"], enc["assistant_masks"], keep_end=True)
+                    if "request" in written:
+                        example = Example(id=f"{c.id}-q{k:03d}", messages=chat, tokens=len(enc["input_ids"]),
+                                          turns=sum(m["role"] == "assistant" for m in chat), unit="request",
+                                          reply=k, **row)
+                        written["request"].write(example.model_dump_json() + "\n")
+            else:
+                reasons[reason] += 1
+                task["discarded"][reason] += 1
+                src["discarded"][reason] += 1
+            summaries.write(RolloutSummary(
+                id=c.id, slot=c.slot, task=c.task, rollout=c.rollout, seed=c.seed, exit_status=c.exit_status,
+                steps=c.steps, turns=turns, tokens=tokens, successful=c.successful, kept=reason is None,
+                reason=reason, score=score, flags=c.flags, source=origin).model_dump_json() + "\n")
+        files.close()
         planned = sum(t["rollouts"] for t in tasks.values())
-        _write_dataset(examples_tmp, dataset_out)
-        atomic.write_bytes(jsonl_out, examples_tmp.read_bytes())
+        resolved = resolve_unit(configured, max_length, max(tokens_kept, default=None))
+        _write_dataset(unit_tmp[resolved], dataset_out)
+        atomic.write_bytes(jsonl_out, unit_tmp[resolved].read_bytes())
         atomic.write_bytes(rollouts_out, summary_tmp.read_bytes())
 
     kept = sum(t["kept"] for t in tasks.values())
@@ -355,12 +328,18 @@ def filter_examples(cfg: GymforgeConfig, candidates: Iterable[Candidate], tokeni
         "student": cfg.train.student,
         "tokenizer": str(tokenizer_dir),
         "filters": {"success": SUCCESS_RULE, "max_tokens": cfg.filter.max_tokens,
-                    "max_per_task": cfg.filter.max_per_task, "dedup": "exact match of the example messages",
+                    "max_per_task": cfg.filter.max_per_task,
+                    "dedup": "exact match of the trajectory's conversation (final request plus reply)",
                     "exclude_flagged": cfg.filter.exclude_flagged,
                     "keep_eval_edit_rejected": cfg.filter.keep_eval_edit_rejected,
                     "order": list(REASONS)},
-        "example": "one per kept trajectory: the final request as sent (build_messages, keep="
-                   f"{KEEP_OBSERVATIONS} observations) plus the final reply",
+        "example_unit": resolved,
+        "example": UNIT_RULES[resolved],
+        "unit_choice": {"configured": configured, "max_length": max_length,
+                        "longest_kept": max(tokens_kept, default=None),
+                        "rule": "auto: request when train.max_length < the longest kept trajectory, else conversation"},
+        "examples": counters[resolved].counts["examples"],
+        "units": {u: counter.summary() for u, counter in counters.items()},
         "per_task_planned": cfg.trajectories.per_task,
         "rollouts": planned,
         "kept": kept,
@@ -386,8 +365,6 @@ def filter_examples(cfg: GymforgeConfig, candidates: Iterable[Candidate], tokeni
 def _write_dataset(jsonl: Path, out: Path) -> None:
     import datasets
 
-    from gymforge.hub.data import quiet_datasets
-
     features = _features()
     with tempfile.TemporaryDirectory() as cache, quiet_datasets():
         if jsonl.stat().st_size:
@@ -409,8 +386,6 @@ def export_sft(results: Path, out: Path) -> Path:
     export to a folder of the same name would load the first one's rows.
     """
     import datasets
-
-    from gymforge.hub.data import quiet_datasets
 
     results = Path(results)
     sft = results / "sft"
@@ -467,10 +442,20 @@ supervised fine-tuning of a research agent. Generated by gymforge (config hash `
 ## Counts
 
 - rollouts: {{ stats.rollouts }} over {{ stats.tasks }} tasks ({{ stats.per_task_planned }} planned per task)
-- kept (rows): {{ stats.kept }} from {{ stats.tasks_with_kept }} tasks
-- tokens per kept example: median {{ tokens.median or 0 }}, max {{ tokens.max or 0 }}, total {{ tokens.total or 0 }}
-- assistant turns per kept example: median {{ turns.median or 0 }}, max {{ turns.max or 0 }}
+- kept trajectories: {{ stats.kept }} from {{ stats.tasks_with_kept }} tasks
+- rows: {{ rows }} examples, unit `{{ unit }}` ({{ unit_rule }})
+- tokens per kept trajectory: median {{ tokens.median or 0 }}, max {{ tokens.max or 0 }}, total {{ tokens.total or 0 }}
+- assistant turns per kept trajectory: median {{ turns.median or 0 }}, max {{ turns.max or 0 }}
+{% if units %}
+What each example unit gives training at `train.max_length` {{ stats.unit_choice.max_length }} (`sft.example_unit`: \
+{{ stats.unit_choice.configured }}; this dataset: `{{ unit }}`). Tokens are those one epoch feeds (after the cut), \
+trained tokens those under the loss, a reply trained whole has none of its tokens cut:
 
+| unit | examples | tokens | trained tokens | replies trained whole | examples over max_length |
+|---|---|---|---|---|---|
+{% for name, u in units.items() %}| {{ name }}{{ ' (this dataset)' if name == unit }} | {{ u.examples }} | {{ u.tokens }} \
+| {{ u.trained_tokens }} | {{ u.replies_trained }} of {{ u.replies }} | {{ u.truncated }} |
+{% endfor %}{% endif %}
 | discarded because | rollouts |
 |---|---|
 {% for reason, n in stats.discarded.items() %}| {{ reason }} | {{ n }} |
@@ -493,13 +478,22 @@ chat template applied;
 
 ## Format
 
-`messages` is a chat (`system`, `user`, `assistant` turns): exactly the teacher's final request as the
-agent loop sent it (the same prompt templates as at evaluation time; all but the last
+{% if unit == 'request' %}\
+One row per accepted teacher reply. `messages` is a chat (`system`, `user`, `assistant` turns): exactly the
+request the agent loop sent for that reply (the same prompt templates as at evaluation time; all but the last
+{{ keep_observations }} observations elided as "Old output omitted (N lines)"; after a malformed reply, the
+re-ask with it and the format-error prompt) followed by the reply. Train with the loss on the **last** assistant
+turn only: the earlier ones are the request's history (`unit` is `request`, `reply` the reply's index in its
+trajectory). Cut an over-long row at its start: the reply is at its end.
+{% else %}\
+One row per kept trajectory. `messages` is a chat (`system`, `user`, `assistant` turns): exactly the teacher's
+final request as the agent loop sent it (the same prompt templates as at evaluation time; all but the last
 {{ keep_observations }} observations elided as "Old output omitted (N lines)") followed by its final reply.
 Every assistant turn is a real teacher reply; earlier ones were generated while a few more recent
-observations were shown in full. Metadata columns: `slot`, `task`, `rollout`, `seed`, `teacher`,
-`exit_status`, `metric`, `score` (last score entry), `scores` (JSON list of every score entry),
-`tokens`, `turns`. Train with the loss on assistant tokens only.
+observations were shown in full. Train with the loss on assistant tokens only.
+{% endif %}\
+Metadata columns: `slot`, `task`, `rollout`, `seed`, `teacher`, `exit_status`, `metric`, `score` (last score
+entry), `scores` (JSON list of every score entry), `tokens`, `turns`, `source`, `unit`, `reply`.
 
 ## Teacher
 
@@ -534,10 +528,12 @@ def dataset_card(stats: dict[str, Any], sources: dict[str, str | None], rows: in
         task_categories=["text-generation"], tags=["agents", "mlgym", "synthetic", "sft"],
         size_categories=[_size_category(rows)],
     )
+    unit = stats.get("example_unit", "conversation")  # stats written before example units: conversations
     return DatasetCard.from_template(
         data, template_str=CARD_TEMPLATE, stats=stats, sources=sources, tokens=stats["tokens"]["kept"],
         turns=stats["turns"]["kept"], audit=_audit_line(stats), keep_observations=KEEP_OBSERVATIONS,
-        datasets_used=sorted({d for d in sources.values() if d}),
+        datasets_used=sorted({d for d in sources.values() if d}), rows=rows, unit=unit,
+        unit_rule=UNIT_RULES[unit], units=stats.get("units"),
     )
 
 
@@ -553,8 +549,6 @@ def _size_category(rows: int) -> str:
 
 def student_tokenizer(cfg: GymforgeConfig, templates: Path, envs: list[Path], out: Path) -> str:
     """The student's tokenizer: the hub's for a real student, offline one trained on templates and task texts."""
-    from gymforge.student.tokenizer import build_tokenizer, load_tokenizer
-
     built = build_tokenizer(cfg.train.student, Path(out), Path(templates), [Path(e) for e in envs])
     return f"{built}: {len(load_tokenizer(built))} tokens ({cfg.train.student})"
 
@@ -565,11 +559,11 @@ def sft_dataset(cfg: GymforgeConfig, shards: list[Path], tokenizer: Path, jsonl_
     stats = build_sft(cfg, shards, tokenizer, jsonl_out=jsonl_out, dataset_out=dataset_out,
                       rollouts_out=rollouts_out, stats_out=stats_out, extra_sources=cfg.sft.extra_sources)
     return (f"kept {stats['kept']} of {stats['rollouts']} trajectories from {stats['tasks']} tasks; "
-            f"discarded {stats['discarded']}")
+            f"discarded {stats['discarded']}; {stats['examples']} examples, unit {stats['example_unit']}")
 
 
 def sft_plots(stats: Path, rollouts: Path, kept_out: Path, stats_out: Path) -> list[Path]:
     """The trajectory stage's figures: kept trajectories per task and trajectory statistics."""
-    from gymforge.report.sft_plots import plot_sft
+    from gymforge.report.sft_plots import plot_sft  # deferred: matplotlib (~0.5 s), which only this step uses
 
     return plot_sft(Path(stats), Path(rollouts), Path(kept_out), Path(stats_out))

@@ -12,6 +12,7 @@ from gymforge.core.prompts import render
 from gymforge.core.records import TopicBatch, TopicSlot, UsageRecord, derive_seed, text_hash
 from gymforge.llm.json_reply import NotJSON, ask_for_json
 from gymforge.core.plan import batch_id, batch_of_slot, slot_id  # noqa: F401  (re-exported)
+from gymforge.llm.client import make_client
 
 MAX_TOPIC_CHARS = 200
 
@@ -22,8 +23,6 @@ def _clean(items: list) -> list[str]:
 
 def topic_batch(cfg: GymforgeConfig, batch: str, previous: Path | None, out: Path) -> TopicBatch:
     """Ask the teacher for one batch, then fill this batch's slots with unique topics or discard reasons."""
-    from gymforge.llm.client import make_client
-
     index = int(batch[1:])
     prev = TopicBatch.model_validate_json(previous.read_text()) if previous else None
     seen = list(prev.seen) if prev else []

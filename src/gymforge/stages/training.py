@@ -19,14 +19,24 @@ Contracts:
   prompt ends to its content's end plus the end-of-turn token), so training sees exactly the text serving renders.
   `check_chat_template` probes the template before any model is loaded, so one that cannot be masked fails at once
   with the student named. The checkpoint keeps the tokenizer's template.
-- Truncation: every tokenized example is cut to `train.max_length` tokens keeping its start (TRL's
-  `keep_start`: the system prompt and the task stay; the tail of an over-long trajectory is lost). An
-  example whose assistant tokens all fall beyond the cut has no loss and is dropped by TRL;
+- Example units (`unit` column, `gymforge.stages.sft`): a `conversation` row trains every assistant turn; a
+  `request` row (a request and the reply it got) trains only its last assistant turn, the reply. A dataset with
+  request rows is tokenized here (`tokenize_turns(last_only=True)`: the mask from the template's markers, else
+  from its rendering), whatever the template.
+- Truncation: every tokenized conversation is cut to `train.max_length` tokens keeping its start (TRL's
+  `keep_start`: the system prompt and the task stay; the tail of an over-long trajectory is lost). A request
+  row keeps its end instead (cut here, before TRL: the reply stays, the start of the request goes, as an RL
+  sample's). An example whose assistant tokens all fall beyond the cut has no loss and is dropped by TRL;
   `TrainReport.examples_trained` counts what remained, `truncated` how many were cut (from the dataset's
   `tokens` column).
 - Precision: `auto` is bf16 on a CUDA GPU that supports it, else fp32. bf16 loads the weights in
   bfloat16 and trains with bf16 autocast (TRL's recipe for Qwen3); fp16 keeps fp32 weights and uses fp16
   autocast with loss scaling (fp16 weights cannot be unscaled); fp32 is plain float32. fp16 needs a GPU.
+- CPU (`gymforge.student.cpu_training`): TRL's fused LM head projects only the trained positions (off CUDA it
+  projects all of them), OpenMP threads sleep at barriers instead of spinning (`OMP_WAIT_POLICY=PASSIVE`, set before
+  torch loads, unless set), and torch's threads are the job's cores (`OMP_NUM_THREADS`, else the CPU affinity and
+  quota). The same loss and weights up to rounding at 1.46x the tokens/s for the offline student on 2 idle cores,
+  more on loaded ones (`bench/student_throughput.py`).
 - Seed: `train.seed`, else the run seed (model init of LoRA adapters, data order, dropout).
 - Atomic output: training writes into the hidden sibling `.<name>.tmp` and renames it to `out` only after
   everything is written; TRL's own checkpoints are disabled (`save_strategy="no"`). A killed or failed job
@@ -58,7 +68,11 @@ from pydantic import BaseModel, Field
 
 from gymforge.core import atomic
 from gymforge.core.config import GymforgeConfig
-from gymforge.student.base import train_seed
+from gymforge.hub.data import quiet_datasets
+from gymforge.student.base import build_base, train_seed
+from gymforge.student.cpu_training import compact_lm_head, cpu_threads, prepare_cpu_process, set_cpu_threads
+from gymforge.student.masks import TrainingError, check_chat_template, tokenize_turns
+from gymforge.student.tokenizer import load_tokenizer
 
 log = logging.getLogger("gymforge.stages.training")
 
@@ -68,10 +82,6 @@ REPORT = "train_report.json"
 METRICS = "metrics.jsonl"
 LOSS_PLOT = "loss.png"
 ADAPTER_DIR = "_adapter"  # inside the temp folder; removed before the rename
-
-
-class TrainingError(RuntimeError):
-    """Training cannot start or finish; the message says why and what to change."""
 
 
 class TrainReport(BaseModel):
@@ -122,44 +132,25 @@ def resolve_precision(precision: str) -> str:
     return precision
 
 
-PROBE = [{"role": "system", "content": "You are an agent."}, {"role": "user", "content": "Start."},
-         {"role": "assistant", "content": "DISCUSSION\nLook.\n```\nls\n```"}, {"role": "user", "content": "a.py"},
-         {"role": "assistant", "content": "DISCUSSION\nDone.\n```\nsubmit\n```"}]
-
-
-def check_chat_template(tokenizer: Any, student: str) -> str:
-    """Where the assistant mask comes from: `tokenizer` (its `{% generation %}` markers) or `rendered` (computed from
-    the rendered conversation, `gymforge.student.masks`); a clear error when neither works."""
-    from trl.chat_template_utils import has_generation_markers
-
-    from gymforge.student.masks import MaskError, tokenize_with_assistant_mask
-
-    template = tokenizer.chat_template
-    if not template:
-        raise TrainingError(f"the tokenizer of {student!r} has no chat template: the chat-format SFT data cannot "
-                            "be rendered")
-    if has_generation_markers(template):
-        return "tokenizer"
-    try:
-        masked = tokenize_with_assistant_mask(tokenizer, PROBE, repr(student))
-    except MaskError as err:
-        raise TrainingError(f"assistant-only loss: {err} (chat_template.jinja in results/student/tokenizer), "
-                            "then rerun") from None
-    if 1 not in masked["assistant_masks"]:
-        raise TrainingError(f"assistant-only loss: no assistant token found in the rendering of {student!r}'s chat "
-                            "template; add {% generation %} markers to it")
-    return "rendered"
-
-
-def rendered_dataset(dataset: Any, tokenizer: Any, student: str) -> Any:
-    """The `messages` column tokenized with assistant masks computed from the rendering (`input_ids`,
-    `assistant_masks`): TRL builds the labels from the masks, truncates and drops fully masked rows itself."""
-    from gymforge.student.masks import tokenize_with_assistant_mask
-
+def rendered_dataset(dataset: Any, tokenizer: Any, student: str, max_length: int | None = None) -> Any:
+    """The `messages` column tokenized with assistant masks (`input_ids`, `assistant_masks`; from the rendering, or
+    the template's markers when it has them): TRL builds the labels from the masks, truncates and drops fully
+    masked rows itself. A `request` row (`unit` column) masks its last assistant turn only and is cut to its last
+    `max_length` tokens here."""
     def tokenize(row: dict[str, Any]) -> dict[str, list[int]]:
-        return tokenize_with_assistant_mask(tokenizer, row["messages"], repr(student))
+        request = row.get("unit") == "request"
+        out = tokenize_turns(tokenizer, row["messages"], repr(student), last_only=request)
+        if request and max_length is not None and len(out["input_ids"]) > max_length:
+            out = {k: v[-max_length:] for k, v in out.items()}
+        return out
 
-    return dataset.select_columns(["messages"]).map(tokenize, remove_columns=["messages"])
+    columns = ["messages", "unit"] if "unit" in dataset.column_names else ["messages"]
+    return dataset.select_columns(columns).map(tokenize, remove_columns=columns)
+
+
+def has_request_rows(dataset: Any) -> bool:
+    """Some row is a `request` example (only its last assistant turn is trained)."""
+    return "unit" in dataset.column_names and "request" in set(dataset["unit"])
 
 
 def lora_config(cfg: GymforgeConfig) -> Any:
@@ -313,8 +304,6 @@ def quiet_progress() -> Iterator[None]:
     """No `datasets` or transformers (weight loading/saving) progress bars inside the block."""
     from transformers.utils import logging as hf_logging
 
-    from gymforge.hub.data import quiet_datasets
-
     was_enabled = hf_logging.is_progress_bar_enabled()
     hf_logging.disable_progress_bar()
     try:
@@ -327,8 +316,6 @@ def quiet_progress() -> Iterator[None]:
 
 def load_sft_dataset(dataset_dir: str | Path) -> Any:
     import datasets
-
-    from gymforge.hub.data import quiet_datasets
 
     empty = TrainingError(f"{dataset_dir}: the SFT dataset is empty: no trajectory was kept, nothing to train on "
                           "(see results/sft/stats.json)")
@@ -350,8 +337,6 @@ def build_trainer(cfg: GymforgeConfig, dataset: Any, base: str, tokenizer_dir: s
     from transformers import PrinterCallback
     from trl import SFTTrainer
 
-    from gymforge.student.tokenizer import load_tokenizer
-
     tokenizer = load_tokenizer(Path(tokenizer_dir))
     mask_source = check_chat_template(tokenizer, cfg.train.student)
     if args is None:
@@ -359,13 +344,16 @@ def build_trainer(cfg: GymforgeConfig, dataset: Any, base: str, tokenizer_dir: s
     peft = lora_config(cfg) if cfg.train.lora.enabled else None
     with quiet_progress():  # tokenizing/masking/truncating bars would bury the log
         train_dataset = dataset.select_columns(["messages"])
-        if mask_source == "rendered":
-            train_dataset = rendered_dataset(dataset, tokenizer, cfg.train.student)
+        if mask_source == "rendered" or has_request_rows(dataset):
+            train_dataset = rendered_dataset(dataset, tokenizer, cfg.train.student, cfg.train.max_length)
             # The masks are in the data: TRL must neither look for markers nor swap in a template of its own.
             args.assistant_only_loss = False
         trainer = SFTTrainer(model=str(base), args=args, train_dataset=train_dataset,
                              processing_class=tokenizer, peft_config=peft, callbacks=list(callbacks))
     trainer.remove_callback(PrinterCallback)  # a raw dict per step; metrics.jsonl and our progress lines replace it
+    if trainer.args.device.type == "cpu":  # TRL's fused LM head projects every position there; the trained ones do
+        model = trainer.model
+        compact_lm_head(model.get_base_model() if hasattr(model, "get_base_model") else model)
     if len(trainer.train_dataset) == 0:
         raise TrainingError(f"none of the {len(dataset)} examples has an assistant token within train.max_length="
                             f"{cfg.train.max_length}: the prompts alone are longer; raise train.max_length")
@@ -446,6 +434,7 @@ def train_student(cfg: GymforgeConfig, dataset: str | Path, base: str | Path, to
     `callbacks` are extra `transformers.TrainerCallback`s (tests use one to fail mid-training).
     """
     t0 = time.monotonic()
+    prepare_cpu_process()  # before torch is imported
     out = Path(out)
     base = str(base)
     tmp = out.parent / f".{out.name}.tmp"
@@ -479,6 +468,8 @@ def _train_into(cfg: GymforgeConfig, dataset_dir: str | Path, base: str, tokeniz
     import torch
 
     state = args.distributed_state
+    if not torch.cuda.is_available():
+        set_cpu_threads(cpu_threads(state.num_processes))  # the job's cores, not the machine's
     MetricsCallback, ProgressCallback = _callbacks()
     dataset = load_sft_dataset(dataset_dir)
     metrics = MetricsCallback(tmp / METRICS if state.is_main_process else None)
@@ -575,6 +566,4 @@ def launch_command(cfg: GymforgeConfig, argv: Sequence[str]) -> list[str]:
 
 def student_base(cfg: GymforgeConfig, tokenizer: Path, out: Path) -> Path:
     """The offline student's base model (a tiny random-init Qwen3 with the student's tokenizer)."""
-    from gymforge.student.base import build_base
-
     return build_base(cfg, Path(tokenizer), Path(out))

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import ast
 import asyncio
 import random
 import shutil
@@ -16,33 +15,18 @@ from gymforge.core.records import (GenerationRecord, ProposalRecord, Verificatio
                             derive_seed)
 from gymforge.rl.rewards import metric_direction
 from gymforge.stages.generation import draft_code, draft_configs, materialize_task
+from gymforge.tasks.files import answer_columns
 from gymforge.tasks.probes import CheckError, evidence, probe_environment
+from gymforge.agent.errors import EvaluationFormatError, SubmissionNotFound
+from gymforge.llm.client import make_client
+from gymforge.tasks.environment import BaselineFailed, InstallError, TaskUnsupported
+from gymforge.tasks.episode import EpisodeRunner
 
 EXCERPT = 2000
 
 
 def _tail(text: str) -> str:
     return text if len(text) <= EXCERPT else "..." + text[-EXCERPT:]
-
-
-def answer_columns(proposal: ProposalRecord, code: GenerationRecord) -> dict[str, list[str]] | None:
-    """Label columns to withhold from the agent: the dataset columns that the evaluation's `load_answers()`
-    names, when it reads them from $GYMFORGE_SECRETS (the contract `core/templates/write_code.j2` states)."""
-    dataset = proposal.dataset or {}
-    evaluation = next((text for path, text in code.files.items() if path.endswith("/evaluate.py")), "")
-    if not dataset.get("is_local") or "GYMFORGE_SECRETS" not in evaluation:
-        return None
-    try:
-        tree = ast.parse(evaluation)
-    except SyntaxError:
-        return None
-    loader = next((node for node in ast.walk(tree)
-                   if isinstance(node, ast.FunctionDef) and node.name == "load_answers"), None)
-    if loader is None:
-        return None
-    named = {n.value for n in ast.walk(loader) if isinstance(n, ast.Constant) and isinstance(n.value, str)}
-    columns = sorted(named & set(dataset.get("features", {})))
-    return {"test": columns} if columns else None
 
 
 def _task_yaml(tree: Path) -> Path:
@@ -53,10 +37,6 @@ def check_baseline(cfg: GymforgeConfig, tree: Path, run_dir: Path, hidden, it: V
     """Install the task of `tree` in `run_dir`, run its baseline and evaluate the artefact: the part of a
     verification that needs no teacher (micro tasks reuse it). Errors land in `it.errors`, the time in
     `it.timings_s["baseline"]`; returns (environment, BaselineReport), or None on an error."""
-    from gymforge.agent import EvaluationFormatError, SubmissionNotFound
-    from gymforge.tasks.environment import BaselineFailed, InstallError, TaskUnsupported
-    from gymforge.tasks.episode import EpisodeRunner
-
     started = time.monotonic()
     # the task's GPUs as its rollouts will have them (rule verify_environment declares trajectories.gpus)
     runner = EpisodeRunner.for_config(cfg, cfg.trajectories.gpus)
@@ -113,9 +93,6 @@ def _attempt(cfg: GymforgeConfig, tree: Path, work: Path, hidden, episode_dir: P
              it: VerificationIteration, metric_text: str):
     """Baseline + evaluation, the evaluator probes, then one teacher episode. Errors land in `it.errors`;
     returns the baseline env."""
-    from gymforge.llm.client import make_client
-    from gymforge.tasks.episode import EpisodeRunner
-
     checked = check_baseline(cfg, tree, work / "baseline", hidden, it)
     if checked is None:
         return None

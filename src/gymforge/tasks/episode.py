@@ -16,11 +16,12 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
-from gymforge.agent import Agent, AgentConfig, AgentTask
+from gymforge.agent.loop import Agent, AgentConfig, AgentTask
 from gymforge.agent.trajectory import Trajectory
 from gymforge.core.config import GymforgeConfig
 from gymforge.tasks.environment import TaskEnvironment
 from gymforge.sandbox import Limits, SandboxBackend, get_sandbox
+from gymforge.tasks.datacache import cache_root
 
 
 def sandbox_for(cfg: GymforgeConfig, gpus: int) -> SandboxBackend:
@@ -48,8 +49,6 @@ class EpisodeRunner:
     @classmethod
     def for_config(cls, cfg: GymforgeConfig, gpus: int) -> EpisodeRunner:
         """The configured sandbox backend and limits; `gpus`: what the job declared (its episodes share them)."""
-        from gymforge.stages.datasets import cache_root
-
         return cls(sandbox_for(cfg, gpus), limits_of(cfg), cache_root(cfg))
 
     def environment(self, task_yaml: Path, *, root: Path, run_dir: Path,

@@ -11,6 +11,7 @@ Every error message names the file and says what to change, because it goes back
 
 from __future__ import annotations
 
+import ast
 import re
 from pathlib import Path, PurePosixPath
 
@@ -18,7 +19,8 @@ import yaml
 from pydantic import BaseModel, ValidationError
 
 from gymforge.core import atomic
-from gymforge.tasks.codecheck import check_columns, check_python
+from gymforge.core.codecheck import check_columns, check_python
+from gymforge.core.records import GenerationRecord, ProposalRecord
 from gymforge.tasks.mlgym import (
     PLACEHOLDER,
     DatasetConfig,
@@ -268,3 +270,23 @@ def write_task_tree(root: Path, bundle: ConfigBundle, code_files: dict[str, str]
         atomic.write_text(root / path, dump_yaml(dataset))
     for path, text in code_files.items():
         atomic.write_text(root / safe_relpath(path), text)
+
+
+def answer_columns(proposal: ProposalRecord, code: GenerationRecord) -> dict[str, list[str]] | None:
+    """Label columns to withhold from the agent: the dataset columns that the evaluation's `load_answers()`
+    names, when it reads them from $GYMFORGE_SECRETS (the contract `core/templates/write_code.j2` states)."""
+    dataset = proposal.dataset or {}
+    evaluation = next((text for path, text in code.files.items() if path.endswith("/evaluate.py")), "")
+    if not dataset.get("is_local") or "GYMFORGE_SECRETS" not in evaluation:
+        return None
+    try:
+        tree = ast.parse(evaluation)
+    except SyntaxError:
+        return None
+    loader = next((node for node in ast.walk(tree)
+                   if isinstance(node, ast.FunctionDef) and node.name == "load_answers"), None)
+    if loader is None:
+        return None
+    named = {n.value for n in ast.walk(loader) if isinstance(n, ast.Constant) and isinstance(n.value, str)}
+    columns = sorted(named & set(dataset.get("features", {})))
+    return {"test": columns} if columns else None

@@ -30,12 +30,12 @@ from pydantic import (
     model_validator,
 )
 
+from gymforge.core.plan import ID_MAX_LENGTH, check_task_id, short_repr
+
 Entrypoint = Literal["CSVSubmissionTasks", "ModelSubmissionTasks", "LMSubmissionTasks", "PythonSubmissionTasks"]
 DEFAULT_TRAINING_TIMEOUT = 3600  # MLGym's MLGYM_AGENT_LONG_TIMEOUT default, used when training_timeout is unset
 PLACEHOLDER = "{dataset_docs}"
 ID_PATTERN = r"^[A-Za-z0-9]+(?:_[A-Za-z0-9]+)*$"  # snake_case or camelCase; MLGym has ids like 3SATTime
-ID_MAX_LENGTH = 64
-SAFE_ID_PATTERN = rf"^[A-Za-z0-9_-]{{1,{ID_MAX_LENGTH}}}$"  # every task id, MLGym's own included
 
 
 class PriorityMetric(NamedTuple):
@@ -121,29 +121,13 @@ def description_errors(description: str) -> list[str]:
     return errors
 
 
-def _short(value: str) -> str:
-    return repr(value) if len(value) <= 48 else f"{value[:40]!r}..."
-
-
-def check_task_id(value: str, what: str = "task id") -> str:
-    """`value` if it is safe as a file and directory name: at most 64 characters of [A-Za-z0-9_-].
-
-    Every task id must pass, MLGym's own included: ids name result files and run folders.
-    """
-    if not re.fullmatch(SAFE_ID_PATTERN, value):
-        problem = (f"is {len(value)} characters long (at most {ID_MAX_LENGTH})" if len(value) > ID_MAX_LENGTH
-                   else "is empty" if not value else "may only use ASCII letters, digits, '_' and '-'")
-        raise ValueError(f"{what} {_short(value)} {problem}; ids name files and folders")
-    return value
-
-
 def _identifier(value: str) -> str:
     """What generated ids and dataset names must meet: snake_case or camelCase, at most 64 characters."""
     if len(value) > ID_MAX_LENGTH:
-        raise ValueError(f"{_short(value)} is {len(value)} characters long (at most {ID_MAX_LENGTH}); ids name files")
+        raise ValueError(f"{short_repr(value)} is {len(value)} characters long (at most {ID_MAX_LENGTH}); ids name files")
     if not re.fullmatch(ID_PATTERN, value):
         raise ValueError(
-            f"{_short(value)} is not a valid identifier: use snake_case or camelCase "
+            f"{short_repr(value)} is not a valid identifier: use snake_case or camelCase "
             "(ASCII letters and digits, words joined by single underscores, at most "
             f"{ID_MAX_LENGTH} characters), e.g. penguinSpecies or penguin_species"
         )

@@ -23,9 +23,8 @@ import tempfile
 from collections.abc import Iterable
 from pathlib import Path, PurePosixPath
 
-from filelock import FileLock
-
 from gymforge.core import atomic
+from gymforge.sandbox.beneath import copy_tree
 
 # Runs before the helper (python -c): pandas 1's DataFrame.drop accepted a redundant axis with columns=/index=.
 _SHIM = """
@@ -79,8 +78,6 @@ def prepare_local_data(root: Path, task_id: str, data_path: str, *, sandbox, lim
     """Make `root/data_path` by running the task's helper scripts in `sandbox`; return the data directory.
 
     `data_path` must lie under `data/<task_id>/` (where the helpers write, relative to `_helpers/`)."""
-    from gymforge.sandbox.beneath import copy_tree
-
     root = Path(root)
     target = root / data_path
     task_dir = PurePosixPath("data") / task_id
@@ -88,6 +85,8 @@ def prepare_local_data(root: Path, task_id: str, data_path: str, *, sandbox, lim
     scripts = helpers(root, task_id)
     if not scripts:
         raise PrepareError(f"{task_id}: {data_path} is missing and MLGym ships no helper to make it")
+    from filelock import FileLock  # deferred: ~15 ms the Snakefile's parse would pay (benchmark.suite imports this)
+
     with FileLock(str(root / "data" / f".{task_id}.prepare.lock")):
         if target.is_dir():
             return target  # another job made it while this one waited

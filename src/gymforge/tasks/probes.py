@@ -41,7 +41,7 @@ from pathlib import Path, PurePosixPath
 import pandas as pd
 import yaml
 
-from gymforge.agent.loop import EvaluationFormatError, SubmissionNotFound
+from gymforge.agent.errors import EvaluationFormatError, SubmissionNotFound
 from gymforge.core.records import CheckReport, ProbeOutcome
 from gymforge.sandbox import beneath
 from gymforge.tasks.environment import TaskEnvironment

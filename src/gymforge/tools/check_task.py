@@ -10,16 +10,21 @@ accepted with a score strictly better than the baseline's.
 from __future__ import annotations
 
 import os
+import sys
 from pathlib import Path
+from typing import Any
 
-from gymforge.core.config import GymforgeConfig
-from gymforge.core.records import CheckReport, derive_seed
+from gymforge.core import atomic
+from gymforge.core.config import GymforgeConfig, load_config
+from gymforge.core.records import CheckReport, VerificationReport, derive_seed
 from gymforge.rl.rewards import metric_direction, stated_direction
 from gymforge.sandbox import Limits
 from gymforge.tasks.environment import detect_gpus
+from gymforge.tasks.datacache import cache_root
 from gymforge.tasks.episode import EpisodeRunner, limits_of, sandbox_for
 from gymforge.tasks.mlgym import BENCHMARK_TASKS, load_task_config
 from gymforge.tasks.probes import CheckError, measure_baseline, probe_environment
+from gymforge.benchmark.suite import BUILTIN
 
 __all__ = ["CheckError", "check_task", "priority_metric"]
 
@@ -29,8 +34,6 @@ def priority_metric(task_id: str, metrics: dict[str, float], metric: str | None 
     """The metric that ranks the task's scores and its direction: as given, else MLGym-Bench's or the built-in
     suite's, else the evaluation's only (or first) metric with the direction the task's description states
     ("lower is better", "minimise"), else the one its name implies (rmse, cost, makespan: lower)."""
-    from gymforge.benchmark.suite import BUILTIN
-
     known = BENCHMARK_TASKS.get(task_id) or (BUILTIN[task_id][:2] if task_id in BUILTIN else None)
     if metric is None:
         metric = known[0] if known else next(iter(metrics), "")
@@ -67,3 +70,37 @@ def check_task(task_yaml: Path, root: Path | None = None, out: Path = Path("chec
                                                description=env.task.description)
     return probe_environment(env, seed=derive_seed(seed, "probes", env.task.id), metric=metric,
                              higher_is_better=higher_is_better, baseline=baseline, stop_at_first=stop_at_first)
+
+
+def main(args: Any) -> None:
+    """`gymforge check-task TASK_YAML [--root R] [--json OUT] [--metric M] [--direction D] [--report R] ...`:
+    exits 0 only when no probe scores better than the baseline."""
+    cfg = load_config(args.config) if Path(args.config).is_file() else GymforgeConfig()
+    direction = {"higher": True, "lower": False}.get(args.direction) if args.direction else None
+    verified = VerificationReport.model_validate_json(Path(args.report).read_text()) if args.report else None
+    metric = args.metric or (verified.metric if verified else None)
+    if direction is None and verified is not None and verified.metric == metric:
+        direction = verified.higher_is_better
+    try:
+        report = check_task(Path(args.task_yaml), Path(args.root) if args.root else None, Path(args.out), cfg=cfg,
+                            sandbox=args.sandbox, seed=args.seed, metric=metric, higher_is_better=direction,
+                            gpus=args.gpus, dataset_cache=cache_root(cfg),
+                            hidden_columns=verified.hidden_columns if verified else None)
+    except CheckError as err:
+        sys.exit(f"gymforge check-task: {err}")
+    if args.json:
+        atomic.write_text(Path(args.json), report.model_dump_json(indent=2))
+    arrow = "higher" if report.higher_is_better else "lower"
+    print(f"{report.task_id}: baseline {report.metric} = {report.baseline:g} ({report.baseline_source}, {arrow} is "
+          f"better); {len(report.probes)} probes in {report.seconds:.1f} s")
+    for o in report.probes:
+        verdict = "GAMEABLE" if o.gameable else ("n/a" if not o.applicable else "rejected" if o.rejected else
+                                                 "no better")
+        detail = o.rejected if o.rejected else f"{report.metric} = {o.score:g}"
+        print(f"  {verdict:<9} {o.name:<26} {detail}")
+    if report.gameable:
+        for o in report.gameable_probes:
+            print(f"\n{o.name}: {o.description}; wrote {o.submission_file}:\n{o.submission}")
+        sys.exit(f"gymforge check-task: {report.task_id} is gameable: {len(report.gameable_probes)} of "
+                 f"{len(report.probes)} probes scored better than the baseline")
+    print(f"{report.task_id}: every probe rejected or no better than the baseline")

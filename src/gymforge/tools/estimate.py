@@ -33,13 +33,17 @@ from __future__ import annotations
 import csv
 import json
 import math
-import re
+import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable
 
 from gymforge.core import plan
 from gymforge.core.config import GymforgeConfig, Price, deep_merge, validate_config
+from gymforge.rl.memory import advice, params_of, rl_update_memory
+from gymforge.benchmark.suite import BUILTIN, BenchmarkError, mlgym_tasks
+from gymforge.core.plan import SERVED_SOURCES, shard_rollouts
+from gymforge.core.records import ShardRecord
 
 # ---- default constants ----------------------------------------------------------------------------------
 
@@ -279,8 +283,6 @@ def measure(results: Path, *, shard_sample: int = 64) -> Measured:
                 m.put(f"{stage}_cpu_s_per_item", sum(cpus) / len(cpus), f"mean cpu_time of {len(cpus)} jobs")
 
     # trajectories: a sample of the finished shards
-    from gymforge.stages.rollouts import ShardRecord, shard_rollouts
-
     verified = [r["item"] for r in records.get("verification", []) if r["status"] == "ok"]
     shard_files = sorted(p for slot in verified for p in (results / "trajectories" / slot).glob("shard_*.json"))
     steps = calls = prompt = completion = rollouts = 0
@@ -368,16 +370,6 @@ def measure(results: Path, *, shard_sample: int = 64) -> Measured:
 # ---- the projection -------------------------------------------------------------------------------------
 
 
-def _params_of(student: str) -> float | None:
-    """Parameter count read from a model name (`Qwen/Qwen3-4B` -> 4e9); None when the name does not say."""
-    name = Path(student.rstrip("/")).name
-    found = re.findall(r"(\d+(?:\.\d+)?)\s*([BbMm])(?![A-Za-z])", name)
-    if not found:
-        return None
-    value, unit = found[-1]
-    return float(value) * (1e9 if unit in "Bb" else 1e6)
-
-
 @dataclass
 class StageEstimate:
     name: str
@@ -422,11 +414,7 @@ def _eval_tasks(cfg: GymforgeConfig) -> tuple[int, str]:
     if ev.tasks is not None:
         return len(ev.tasks), "evaluate.tasks"
     if ev.benchmark == "builtin":
-        from gymforge.benchmark.suite import BUILTIN
-
         return len(BUILTIN), "the built-in suite"
-    from gymforge.benchmark.suite import BenchmarkError, mlgym_tasks
-
     root = Path(ev.mlgym_root or "")
     try:
         return len(mlgym_tasks(root)), f"MLGym tasks found in {root}"  # by their id field, as the plan finds them
@@ -504,7 +492,7 @@ def estimate(cfg: GymforgeConfig, measured: Measured | None = None) -> dict[str,
     train = cfg.train
     train_tokens = kept * tokens_per_example * train.epochs
     st = StageEstimate("training", 1, "checkpoint")
-    params = _params_of(train.student)
+    params = params_of(train.student)
     tps = c("train_tokens_per_s_per_gpu")
     if not math.isfinite(tps):
         if params:
@@ -540,7 +528,8 @@ def estimate(cfg: GymforgeConfig, measured: Measured | None = None) -> dict[str,
     st.prompt_tokens = st.calls * c("rollout_prompt_per_call")
     st.completion_tokens = st.calls * min(c("rollout_completion_per_call"), rl.max_new_tokens)
     if params and rl.gpus:
-        update_s = update_tokens * (6 * rl.epochs + 4) * params / (GPU_PEAK_FLOPS * TRAIN_MFU * rl.gpus)
+        train_flops = 8 if rl.gradient_checkpointing and rl.gpus > 1 else 6  # recomputed forward: +2
+        update_s = update_tokens * (train_flops * rl.epochs + 4) * params / (GPU_PEAK_FLOPS * TRAIN_MFU * rl.gpus)
         st.gpu_hours = rl.iterations * rl.gpus * (rollout_wall_s + update_s) / 3600
         st.note = (f"{rl.iterations} iterations x {per_iteration} episodes of ~{rl_steps:.1f} steps = {episodes:,.0f}"
                    f" episodes; per iteration ~{rollout_wall_s / 60:.0f} min of rollouts + ~{update_s / 60:.0f} min of "
@@ -551,12 +540,22 @@ def estimate(cfg: GymforgeConfig, measured: Measured | None = None) -> dict[str,
                    + ("CPU (rl.gpus = 0: no GPU-hours)" if not rl.gpus else
                       "GPU-hours unknown (parameter count not in the student's name)"))
     stages.append(st)
+    # the update's memory per GPU (gymforge.rl.memory; train_rl refuses to start a plan that cannot fit)
+    warnings: list[str] = []
+    rl_memory = None
+    memory = rl_update_memory(cfg, params) if rl.gpus else None
+    if memory is not None:
+        rl_memory = {**memory.as_dict(), "advice": "" if memory.fits else advice(cfg, params)}
+        st.note += (f"; update ~{memory.total:.0f} GiB per GPU ({memory.note}; "
+                    f"{'fits' if memory.fits else 'DOES NOT FIT'} {memory.capacity:.0f} GiB)")
+        if not memory.fits:
+            warnings.append(f"rl: the update of {cfg.train.student} needs ~{memory.total:.0f} GiB per GPU with "
+                            f"{memory.note}, more than a {memory.capacity:.0f} GiB GPU: train_rl will refuse to "
+                            f"start. {rl_memory['advice']}")
 
     # evaluation: models x tasks x runs_per_task; served models hold serving.gpus per (model, task) job
     ev = cfg.evaluate
     n_tasks, tasks_from = _eval_tasks(cfg)
-    from gymforge.core.plan import SERVED_SOURCES
-
     e_steps = min(c("eval_steps_per_run"), ev.max_steps + 1)
     e_calls = e_steps * c("eval_calls_per_step")
     run_wall_s = e_steps * c("eval_exec_s_per_step") + e_calls * c("llm_s_per_call")
@@ -599,6 +598,8 @@ def estimate(cfg: GymforgeConfig, measured: Measured | None = None) -> dict[str,
         "stages": [s.__dict__ for s in stages],
         "evaluate_models": per_model,
         "totals": totals,
+        "rl_memory": rl_memory,
+        "warnings": warnings,
         "constants": c.used,
     }
 
@@ -661,6 +662,14 @@ def render(report: dict[str, Any], title: str = "") -> str:
     budget = report["budget_usd"]
     verdict = "fits" if tot["cost_usd"] <= budget else "EXCEEDS it: raise llm.budget_usd or the run stops there"
     lines.append(f"  llm.budget_usd ${budget:,.2f}: the projected ${tot['cost_usd']:,.2f} {verdict}")
+    mem = report.get("rl_memory")
+    if mem:
+        lines.append(f"  rl update memory per GPU ({mem['note']}): states {mem['states']:.1f} + reference "
+                     f"{mem['reference']:.1f} + gathered {mem['gathered']:.1f} + activations {mem['activations']:.1f}"
+                     f" + logits {mem['logits']:.1f} + overhead {mem['overhead']:.1f} = {mem['total']:.1f} GiB of "
+                     f"{mem['capacity']:.0f}: {'fits' if mem['fits'] else 'DOES NOT FIT'}")
+    for warning in report.get("warnings", []):
+        lines.append(f"  WARNING: {warning}")
     lines.append("")
     lines.append("constants (measured: from the results dir; offline: measured offline run; paper; assumption):")
     for key, u in report["constants"].items():
@@ -668,3 +677,17 @@ def render(report: dict[str, Any], title: str = "") -> str:
         shown = "n/a" if not math.isfinite(value) else f"{value:,.4g}" if abs(value) < 1000 else f"{value:,.0f}"
         lines.append(f"  {key:<33} {shown:>10}  {u['source']:<10} {u['note']}")
     return "\n".join(lines)
+
+
+def main(args: Any) -> None:
+    """`gymforge estimate [--configfile F...] [--results R] [--defaults] [--json]`."""
+    cfg = load_configs(args.configfile)
+    results = Path(args.results) if args.results else cfg.results
+    measured = None
+    if not args.defaults and has_data(results):
+        measured = measure(results)
+    elif args.results and not args.defaults:
+        print(f"gymforge estimate: {results} holds no finished run; using the default constants", file=sys.stderr)
+    report = estimate(cfg, measured)
+    title = " + ".join(args.configfile) if args.configfile else "config.yaml"
+    print(json.dumps(report, indent=2) if args.json else render(report, title))

@@ -25,12 +25,14 @@ from typing import Any, NamedTuple, cast
 import openai
 
 from gymforge.core import atomic
-from gymforge.agent import Agent, AgentConfig, AgentTask
-from gymforge.core.config import GymforgeConfig
+from gymforge.agent.loop import Agent, AgentConfig, AgentTask
+from gymforge.agent.trajectory import read_trajectory
+from gymforge.core.config import GymforgeConfig, load_config
 from gymforge.tasks.environment import TaskEnvironment, detect_gpus
-from gymforge.llm.client import ChatResult, LLMClient
+from gymforge.llm.client import ChatResult, LLMClient, make_client
 from gymforge.tasks.mlgym import load_task_config
 from gymforge.sandbox import Limits
+from gymforge.tasks.datacache import cache_root
 from gymforge.tasks.episode import EpisodeRunner, sandbox_for
 
 POLICIES = ("submit-baseline", "teacher", "replay")
@@ -197,8 +199,6 @@ def run_task(
     elif llm is not None:
         model = llm
     else:
-        from gymforge.llm.client import make_client
-
         model = owned = make_client(cfg or GymforgeConfig(), "run-task")
     task = AgentTask(id=env.task.id, description=env.description, baseline=baseline, training_timeout=env.timeout)
     meta = {"policy": policy, "sandbox": runner.sandbox.name, "task_yaml": str(Path(task_yaml).resolve()),
@@ -213,3 +213,20 @@ def run_task(
         if owned is not None:
             owned.close()
     return out / f"{env.task.id}.traj"
+
+
+def main(args: Any) -> None:
+    """`gymforge run-task TASK_YAML [--root R] [--policy P | --replay FILE] [--out OUT] ...`."""
+    config = Path(args.config)
+    cfg = load_config(config) if args.policy == "teacher" else None
+    # Hub datasets come from the config's dataset cache; without a config file, from the default one.
+    cache = cache_root(cfg or (load_config(config) if config.is_file() else GymforgeConfig()))
+    if args.replay and args.policy != "submit-baseline":
+        raise SystemExit("gymforge run-task: --replay replaces --policy; give one of them")
+    traj = run_task(Path(args.task_yaml), Path(args.root) if args.root else None, args.policy, Path(args.out),
+                    sandbox=args.sandbox, cfg=cfg, seed=args.seed, max_steps=args.max_steps, gpus=args.gpus,
+                    dataset_cache=cache, replay=Path(args.replay) if args.replay else None)
+    info = read_trajectory(traj).info
+    print(f"{traj}: {info.exit_status}; scores {info.score}")
+    for flag in info.flags:
+        print(f"  flagged at step {flag.step}: {flag.code}: {flag.detail}")

@@ -18,11 +18,14 @@ import html
 import json
 import re
 import statistics
+import sys
 from collections import Counter
 from pathlib import Path
 from typing import Any
 
-from gymforge.agent.trajectory import Trajectory, TrajectoryStep
+from gymforge.core import atomic
+from gymforge.core.records import RolloutRecord, ShardRecord, Trajectory, TrajectoryStep
+from gymforge.core.plan import batch_of_slot
 
 SLOT_RE = re.compile(r"^t\d{4,}$")
 
@@ -119,8 +122,6 @@ def _topic_slot(results: Path, slot: str) -> dict[str, Any] | None:
     cfg = _safe_json(results / "config.json")
     batches: list[Path] = []
     if cfg:
-        from gymforge.stages.topics import batch_of_slot
-
         batches.append(results / "topics" / "batches" / f"{batch_of_slot(slot, cfg['topics']['batch_size'])}.json")
     batches += sorted((results / "topics" / "batches").glob("b*.json"))
     for path in batches:
@@ -162,8 +163,6 @@ def _rollout_rows(results: Path, slot: str) -> tuple[str, list[dict[str, Any]], 
                         rows.append(row)
     if rows:
         return f"SFT filter verdicts: {sft}", rows, shard_rows
-    from gymforge.stages.rollouts import RolloutRecord, ShardRecord
-
     for info in shard_rows:
         path = Path(info["file"])
         try:
@@ -389,8 +388,6 @@ def load_episode(path: Path, rollout: int | None = None) -> tuple[Trajectory, di
     except ValueError as err:
         raise ShowError(f"{path} is not JSON: {err}") from None
     if isinstance(data, dict) and "rollouts" in data and "shard" in data:
-        from gymforge.stages.rollouts import ShardRecord
-
         shard = ShardRecord.model_validate(data)
         if not shard.rollouts:
             raise ShowError(f"{path}: shard {shard.shard} of {shard.item} holds no rollouts "
@@ -406,8 +403,6 @@ def load_episode(path: Path, rollout: int | None = None) -> tuple[Trajectory, di
                 raise ShowError(f"{path} has no rollout {rollout}; it holds rollouts {available}")
         return rec.trajectory, {**context, **_rollout_context(rec)}
     if isinstance(data, dict) and "trajectory" in data and "slot" in data and "rollout" in data:
-        from gymforge.stages.rollouts import RolloutRecord
-
         rec = RolloutRecord.model_validate(data)
         return rec.trajectory, {**context, **_rollout_context(rec)}
     if isinstance(data, dict) and "trajectory" in data and "info" in data:
@@ -574,3 +569,25 @@ def render_trajectory_html(traj: Trajectory, ctx: dict[str, Any], *, collapse_li
                  f"{e(_scores(traj.info.score[-1]) if traj.info.score else 'none')}</p>")
     parts.append("</body></html>")
     return "\n".join(parts) + "\n"
+
+
+def task_main(args: Any) -> None:
+    """`gymforge show-task TASK [--results R] [--full] [--json]`."""
+    try:
+        summary = task_summary(Path(args.results), args.task)
+    except ShowError as err:
+        sys.exit(f"gymforge show-task: {err}")
+    print(json.dumps(summary, indent=2) if args.json else render_task(summary, full=args.full))
+
+
+def trajectory_main(args: Any) -> None:
+    """`gymforge show-trajectory PATH [--rollout K] [--html OUT] [--max-lines N]`."""
+    try:
+        traj, context = load_episode(Path(args.path), args.rollout)
+    except ShowError as err:
+        sys.exit(f"gymforge show-trajectory: {err}")
+    if args.html:
+        atomic.write_text(Path(args.html), render_trajectory_html(traj, context))
+        print(f"{args.html}: {len(traj.trajectory)} steps, {traj.info.exit_status or 'unknown'}")
+        return
+    print(render_trajectory_text(traj, context, max_lines=args.max_lines))

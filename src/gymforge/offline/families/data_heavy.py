@@ -18,6 +18,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from gymforge.core.records import GenerationRecord, ProposalRecord
+from gymforge.hub.data import feature_dtypes, quiet_datasets, split_train_test
+from gymforge.llm.codeblocks import parse_files
+from gymforge.offline import catalog, families
+from gymforge.tasks.files import answer_columns, validate_config_files, write_task_tree
+
 HEAVY_MODELS = {
     "classification": ("from sklearn.model_selection import GridSearchCV\nfrom sklearn.svm import SVC",
                        'GridSearchCV(SVC(gamma="scale"), {"C": [0.3, 1.0, 3.0]})'),
@@ -46,9 +52,6 @@ class BuiltTask:
 def dataset_details(dataset_id: str) -> tuple[dict[str, Any], Any]:
     """The dataset as the offline hub describes it, and the train/test split the hub materialises."""
     import datasets
-
-    from gymforge.offline import catalog
-    from gymforge.hub.data import feature_dtypes, split_train_test
 
     entry = catalog.BY_ID[dataset_id]
     frame = catalog.load_frame(entry)
@@ -81,13 +84,6 @@ def make_heavy(baseline: str, problem: str) -> str:
 def build_task(root: Path, topic: str, dataset_id: str | None, *, seed: int = 0, heavy: bool = False,
                metric: str = "") -> BuiltTask:
     """Write the MLGym tree of the offline teacher's task for (topic, dataset) under `root`."""
-    from gymforge.core.records import GenerationRecord, ProposalRecord
-    from gymforge.llm.codeblocks import parse_files
-    from gymforge.offline import families
-    from gymforge.offline.hub import quiet_datasets
-    from gymforge.stages.verification import answer_columns
-    from gymforge.tasks.files import validate_config_files, write_task_tree
-
     details, split = dataset_details(dataset_id) if dataset_id else (None, None)
     proposal = {"topic": topic, "metric": metric, "description": f"A task about {topic.lower()}.", "dataset": details}
     # attempt 1 is a repair: the offline teacher writes it without a planted bug.

@@ -1,20 +1,21 @@
-"""JSON schemas in `schemas/` are generated from the Pydantic models, never edited by hand."""
+"""JSON schemas in `schemas/` are generated from the Pydantic models, never edited by hand (`gymforge schemas`)."""
 
 from __future__ import annotations
 
 import json
+import sys
 from pathlib import Path
+from typing import Any
 
 from pydantic import BaseModel
 
+from gymforge.core import atomic
+from gymforge.core import records as specs
+from gymforge.core.config import GymforgeConfig
+from gymforge.tasks.mlgym import DatasetConfig, TaskConfig
+
 
 def _models() -> dict[str, type[BaseModel]]:
-    from gymforge.core import records as specs
-    from gymforge.core.config import GymforgeConfig
-    from gymforge.tasks.mlgym import DatasetConfig, TaskConfig
-    from gymforge.stages.sft import Example
-    from gymforge.stages.rollouts import ShardRecord
-
     return {
         "config": GymforgeConfig,
         "mlgym_task": TaskConfig,
@@ -22,8 +23,8 @@ def _models() -> dict[str, type[BaseModel]]:
         "topic_batch": specs.TopicBatch,
         "proposal": specs.ProposalRecord,
         "generation": specs.GenerationRecord,
-        "trajectory_shard": ShardRecord,
-        "sft_example": Example,
+        "trajectory_shard": specs.ShardRecord,
+        "sft_example": specs.Example,
     }
 
 
@@ -33,8 +34,6 @@ def render_schemas() -> dict[str, str]:
 
 
 def write_schemas(out: Path) -> list[Path]:
-    from gymforge.core import atomic
-
     return [atomic.write_text(out / name, text) for name, text in render_schemas().items()]
 
 
@@ -42,3 +41,15 @@ def check_schemas(out: Path) -> list[str]:
     """Names of schema files that are missing or differ from what the models generate."""
     return [name for name, text in render_schemas().items()
             if not (out / name).exists() or (out / name).read_text() != text]
+
+
+def main(args: Any) -> None:
+    """`gymforge schemas [--out DIR] [--check]`."""
+    if args.check:
+        stale = check_schemas(Path(args.out))
+        if stale:
+            sys.exit("schemas out of date (run `gymforge schemas`): " + ", ".join(stale))
+        print("schemas up to date")
+    else:
+        for path in write_schemas(Path(args.out)):
+            print(path)

@@ -1,0 +1,813 @@
+"""The RL policy update sharded over the `train_rl` job's GPUs (`rl.gpus > 1`; issue #24).
+
+A full-parameter update of Qwen3-4B/8B does not fit one 80 GB GPU (docs/rl.md, "Memory of the update"), so with
+`rl.gpus > 1` the `train_rl` driver (one process: serving, episodes, rewards, advantages, duration weights,
+tokenization, as before) hands each iteration's update to `rl.gpus` worker processes and waits for them:
+
+    accelerate launch --config_file gymforge/core/accelerate/<rl.strategy>.yaml --num_processes <rl.gpus>
+        -m gymforge.rl.sharded <job.json>                                            (`launch_command`)
+
+The workers start after the policy server of the iteration has stopped and exit before the next one starts,
+so the server (vLLM) and the trainer never hold the GPUs at the same time. Per iteration each worker
+
+1. loads the reference (the SFT checkpoint, bf16 on GPUs), sharded, and takes the reference log-probs of its share
+   of the samples; the shares are gathered so every rank has all of them; the reference is then freed, so it never
+   sits beside the trained policy (it adds nothing to the peak memory);
+2. loads the policy (the iteration's checkpoint, fp32 master weights), sharded, and its optimizer state; takes the
+   sampling policy's log-probs the same way (unless one epoch and one minibatch: then they are the update's own
+   forward pass, detached, as in `grpo.prepare`);
+3. runs `grpo.update`'s loop: the same shuffled order (`random.Random` of the same seed), the same minibatches; each
+   minibatch's samples are dealt to the ranks (longest first to the least-loaded rank, by tokens), each rank
+   back-propagates `world * w_k * loss_k / W` for its samples with `W = sum_k w_k` over the *whole* minibatch, and
+   the backends average gradients over ranks, so the summed gradient is exactly the single process's
+   `sum_k w_k * loss_k / W` (duration weights and advantages included; any split, uneven ones too). Every rank runs
+   as many forward/backward passes as the busiest one (padding passes on a 2-token input, loss times 0), because
+   sharded forwards and backwards are collective. Clipping uses the global gradient norm;
+4. saves the updated policy: rank 0 writes the full state dict as a plain transformers checkpoint
+   (`<work>/iter_<k>/`, with the tokenizer files, atomically) and the optimizer state in the single-process
+   format (`optimizer.pt`, parameter indices in `model.parameters()` order: a run may change `rl.gpus` and resume).
+   The driver then serves that folder, as with one device.
+
+The log-probs (reference, sampling, trained) are taken on the reply's positions only (`logits_to_keep`): the mask
+covers the last reply, so the logits of the prompt positions are never needed, and at 32k tokens x 152k vocabulary
+they alone would take ~80 GB. The loss is `grpo.sample_loss` on those positions, which equals it on the full length
+(the mask is zero before them).
+
+Backends (`rl.strategy`, the accelerate config files SFT uses):
+
+- `fsdp`: torch FSDP2 (`fully_shard`) directly, one unit per decoder layer (the class named in `fsdp.yaml`,
+  else the model's `_no_split_modules`) plus the root, reshard after forward (full shard); on GPUs bf16 compute with
+  fp32 master weights, gradients reduced in fp32 (`MixedPrecisionPolicy`). Not accelerate's `Accelerator`:
+  accelerate 1.15 turns FSDP on only for GPU-like devices (`AcceleratorState` keeps `MULTI_CPU` and silently drops
+  the FSDP plugin with `--cpu`), so the sharded code path could not be tested on CPU processes with gloo; FSDP2
+  itself runs on gloo. `accelerate launch` still starts the processes (torchrun's environment);
+- `deepspeed`: accelerate's `Accelerator` with the ZeRO-3 plugin of `deepspeed.yaml` (the policy and its optimizer
+  through `accelerator.prepare`, the reference through TRL's `prepare_deepspeed`); gradient accumulation boundaries
+  set by hand, clipping by DeepSpeed (`--gradient_clipping`). Its optimizer state is DeepSpeed's own checkpoint
+  (`optimizer_deepspeed/`); it cannot be resumed by the other strategies. Needs `pip install deepspeed` and GPUs;
+  not exercised by the test suite (no deepspeed, no GPU there);
+- `ddp`: torch DDP (every GPU holds the whole model: small students only).
+
+Why not TRL's `GRPOTrainer` (trl 1.16.0, installed): its `rollout_func` is called by the trainer inside its own
+generation step with prompts from its dataset, and must return one prompt/completion token sequence per sample for
+a fixed `num_generations` per prompt; advantages are then normalised over those groups. Our samples are per action
+(one request and reply, many per episode, a varying number per episode) with the episode's group advantage and a
+per-action duration weight; `env_mask` can hide environment tokens inside one long completion but has no per-token
+or per-sample weight, and its losses (`grpo`: mean over each process's sequences; `dapo`/`bnpo`: over tokens)
+cannot express `sum_k w_k * loss_k / sum_k w_k` over the whole batch. It would also bypass our serving seam and
+episode runner. So the update is ours (`grpo.sample_loss`), sharded here.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import math
+import os
+import random
+import shutil
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from importlib.resources import files
+from pathlib import Path
+from typing import Any, Iterator, Sequence
+
+from gymforge.core import atomic
+from gymforge.rl.grpo import sample_loss, tokenize_sample
+
+log = logging.getLogger("gymforge.rl.sharded")
+
+# SFT's accelerate configs (gymforge/core/accelerate/<strategy>.yaml; `gymforge.stages.training` launches SFT with them)
+ACCELERATE_CONFIGS = Path(str(files("gymforge.core") / "accelerate"))
+
+JOB = "job.json"
+SAMPLES = "samples.pt"
+STATS = "stats.json"
+OPTIMIZER = "optimizer.pt"
+DEEPSPEED_STATE = "optimizer_deepspeed"
+STRATEGIES = ("fsdp", "deepspeed", "ddp")
+
+
+# ---- the driver's side: the job and the command ------------------------------------------------------
+
+
+def launch_command(cfg: Any, job: str | Path, *, port: int | None = None) -> list[str]:
+    """The command that runs the update of `job` (a job.json): one plain process for `rl.gpus <= 1`, else
+    `accelerate launch` with the `rl.strategy` config of SFT (`gymforge/core/accelerate/<strategy>.yaml`) and one
+    process per GPU. `port`: the rendezvous port (default: accelerate's)."""
+    rl = cfg.rl
+    module = ["-m", "gymforge.rl.sharded", str(job)]
+    if rl.gpus <= 1:
+        return [sys.executable, *module]
+    cmd = [_venv_script("accelerate"), "launch", "--config_file", str(accelerate_config(rl.strategy)),
+           "--num_processes", str(rl.gpus), "--num_machines", "1"]
+    if port is not None:
+        cmd += ["--main_process_port", str(port)]
+    if rl.strategy == "deepspeed":
+        # DeepSpeed clips inside its step; one micro-batch per forward (the worker sets the accumulation boundaries)
+        cmd += ["--gradient_clipping", str(rl.max_grad_norm), "--gradient_accumulation_steps", "1"]
+    return cmd + module
+
+
+def accelerate_config(strategy: str) -> Path:
+    """The accelerate config file of a strategy, as SFT uses it."""
+    if strategy not in STRATEGIES:
+        raise ValueError(f"rl.strategy: unknown strategy {strategy!r} (one of {list(STRATEGIES)})")
+    return ACCELERATE_CONFIGS / f"{strategy}.yaml"
+
+
+def _venv_script(name: str) -> str:
+    """An executable installed next to this interpreter (the venv's), else the bare name from PATH."""
+    local = Path(sys.executable).parent / name
+    return str(local) if local.exists() else name
+
+
+def checkpoint_files(sft_checkpoint: Path, folder: Path) -> None:
+    """Copy the SFT checkpoint's files a policy checkpoint keeps (tokenizer, chat template, generation config) into
+    `folder`; the weights and the optimizer state are the caller's."""
+    for f in Path(sft_checkpoint).iterdir():
+        if f.is_file() and not f.name.endswith((".safetensors", ".bin", ".pt", ".png", ".jsonl")) \
+                and f.name != "train_report.json":
+            shutil.copy2(f, folder / f.name)
+
+
+def tokenize_samples(samples: list[Any], tokenizer: Any, *, max_length: int, template: str | None) -> list[Any]:
+    """`grpo.prepare` without the log-probs (the workers take them): tokenize, drop samples without a reply token."""
+    kept = []
+    for s in samples:
+        s.input_ids, s.mask = tokenize_sample(tokenizer, s.request, s.response, max_length, template)
+        if sum(s.mask[1:]) == 0:
+            continue
+        kept.append(s)
+    return kept
+
+
+def write_job(folder: Path, samples: Sequence[Any], **settings: Any) -> Path:
+    """job.json (settings and paths) and samples.pt (token ids, masks, advantages, weights) in `folder`."""
+    import torch
+
+    folder.mkdir(parents=True, exist_ok=True)
+    torch.save([{"input_ids": torch.tensor(s.input_ids, dtype=torch.int64), "mask": torch.tensor(s.mask, dtype=torch.int8),
+                 "advantage": float(s.advantage), "weight": float(s.weight)} for s in samples], folder / SAMPLES)
+    (folder / STATS).unlink(missing_ok=True)
+    job = {**{k: str(v) if isinstance(v, Path) else v for k, v in settings.items()},
+           "samples": str(folder / SAMPLES), "stats": str(folder / STATS)}
+    atomic.write_json(folder / JOB, job)
+    return folder / JOB
+
+
+def run_update(cfg: Any, samples: list[Any], *, policy_dir: Path, reference_dir: Path, dest: Path, folder: Path,
+               update_seed: int, torch_seed: int, log_file: Path | None = None) -> dict[str, float]:
+    """Run one iteration's update of the tokenized `samples` on `rl.gpus` processes (`launch_command`); the
+    workers write the updated checkpoint to `dest`. Returns the update's statistics (as `grpo.update`'s)."""
+    rl = cfg.rl
+    if not samples:  # nothing to learn: the next checkpoint is this one (no worker launch, no model load)
+        copy_policy(policy_dir, reference_dir, dest)
+        return {"loss": 0.0, "kl": 0.0, "clipped": 0.0, "samples": 0, "optimizer_steps": 0}
+    job = write_job(folder, samples, policy=policy_dir, reference=reference_dir, dest=dest, tokenizer_files=reference_dir,
+                    strategy=rl.strategy, learning_rate=rl.learning_rate, epochs=rl.epochs, minibatches=rl.minibatches,
+                    clip_eps=rl.clip_eps, kl_coef=rl.kl_coef, max_grad_norm=rl.max_grad_norm,
+                    temperature=rl.temperature, single_step=rl.epochs == 1 and rl.minibatches == 1,
+                    update_seed=update_seed, torch_seed=torch_seed, threads=rl.threads,
+                    gradient_checkpointing=rl.gradient_checkpointing)
+    cmd = launch_command(cfg, job, port=_free_port())
+    env = {**os.environ, "OMP_NUM_THREADS": str(rl.threads), "TOKENIZERS_PARALLELISM": "false"}
+    log.info("sharded update of %d samples on %d processes (%s)", len(samples), rl.gpus, rl.strategy)
+    with open(log_file, "a") if log_file else contextlib.nullcontext() as out:  # type: ignore[attr-defined]
+        proc = subprocess.run(cmd, env=env, stdout=out, stderr=subprocess.STDOUT if out else None)
+    if proc.returncode != 0:
+        raise RuntimeError(f"the sharded RL update failed (exit status {proc.returncode}): {' '.join(cmd)}"
+                           + (f"; see {log_file}" if log_file else ""))
+    return json.loads((folder / STATS).read_text())
+
+
+def copy_policy(policy_dir: Path, tokenizer_files: Path, dest: Path) -> None:
+    """`dest` as a copy of the checkpoint `policy_dir` (weights, config, optimizer state), atomically."""
+    tmp = dest.with_name(dest.name + ".tmp")
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir(parents=True)
+    checkpoint_files(tokenizer_files, tmp)
+    for f in Path(policy_dir).iterdir():
+        if f.is_dir() and f.name == DEEPSPEED_STATE:
+            shutil.copytree(f, tmp / f.name)
+        elif f.is_file() and (f.name.endswith((".safetensors", ".bin", ".safetensors.index.json")) or f.name in
+                              ("config.json", "generation_config.json", OPTIMIZER)):
+            shutil.copy2(f, tmp / f.name)
+    shutil.rmtree(dest, ignore_errors=True)
+    tmp.rename(dest)
+
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+# ---- the plan: minibatches and shares ----------------------------------------------------------------
+
+
+def minibatch_plan(n: int, *, epochs: int, minibatches: int, rng: random.Random) -> list[list[int]]:
+    """The sample indices of every optimizer step, in order: exactly `grpo.update`'s (one shuffle per epoch)."""
+    steps = []
+    for _ in range(epochs):
+        order = list(range(n))
+        rng.shuffle(order)
+        size = math.ceil(len(order) / minibatches)
+        steps.extend(order[start:start + size] for start in range(0, len(order), size))
+    return steps
+
+
+def deal(indices: Sequence[int], lengths: Sequence[int], world: int) -> list[list[int]]:
+    """Split `indices` over `world` ranks: longest first, each to the rank with the fewest tokens so far (ties: the
+    lowest rank). Deterministic, so every rank computes the same split."""
+    shares: list[list[int]] = [[] for _ in range(world)]
+    load = [0] * world
+    for i in sorted(indices, key=lambda i: (-lengths[i], i)):
+        r = min(range(world), key=lambda r: (load[r], r))
+        shares[r].append(i)
+        load[r] += lengths[i]
+    return shares
+
+
+def reply_start(mask: Sequence[int]) -> int:
+    """Index (in the ids[1:]-aligned vectors) of the first reply token: the log-probs before it are never needed."""
+    return next(j for j, m in enumerate(mask[1:]) if m)
+
+
+def reply_logprobs(model: Any, input_ids: Any, start: int, temperature: float) -> Any:
+    """Log-probs of tokens `start+1..` of `input_ids` (a 1-D tensor on the model's device): `grpo.token_logprobs`'s
+    entries `start..`, computing the logits of those positions only."""
+    import torch
+
+    ids = input_ids[None]
+    keep = ids.shape[1] - start
+    logits = model(input_ids=ids, logits_to_keep=keep, use_cache=False).logits[0, :-1].float() / temperature
+    return torch.log_softmax(logits, dim=-1).gather(1, ids[0, start + 1:, None])[:, 0]
+
+
+# ---- backends -----------------------------------------------------------------------------------------
+
+
+@dataclass
+class Backend:
+    """One process's view of the group: rank, size, device; how to wrap, step and save a model."""
+
+    rank: int = 0
+    world: int = 1
+    device: Any = "cpu"
+    bf16: bool = False  # compute in bf16 (CUDA GPUs that support it), fp32 master weights
+
+    @property
+    def main(self) -> bool:
+        return self.rank == 0
+
+    # loading
+    def load(self, path: Path, *, trainable: bool, gradient_checkpointing: bool = False) -> Any:
+        import torch
+        from transformers import AutoModelForCausalLM
+
+        dtype = torch.float32 if trainable or not self.bf16 else torch.bfloat16
+        model = AutoModelForCausalLM.from_pretrained(str(path), dtype=dtype)
+        if trainable and gradient_checkpointing:
+            _checkpoint_activations(model)
+        if not trainable:
+            model.requires_grad_(False)
+        return self.wrap(model, trainable=trainable)
+
+    def wrap(self, model: Any, *, trainable: bool) -> Any:
+        return model.to(self.device)
+
+    def optimizer(self, model: Any, lr: float) -> Any:
+        import torch
+
+        return torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0.0)
+
+    # the step
+    @contextlib.contextmanager
+    def micro_step(self, model: Any, last: bool) -> Iterator[None]:
+        yield
+
+    def backward(self, model: Any, loss: Any, last: bool) -> None:
+        loss.backward()
+
+    def step(self, model: Any, optimizer: Any, max_grad_norm: float) -> float:
+        import torch
+
+        norm = torch.nn.utils.clip_grad_norm_(model.parameters(), max_grad_norm)
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+        return float(norm.full_tensor() if hasattr(norm, "full_tensor") else norm)
+
+    def zero_grad(self, model: Any, optimizer: Any) -> None:
+        optimizer.zero_grad(set_to_none=True)
+
+    def train(self, model: Any) -> None:
+        model.train()
+
+    # collectives
+    def sum(self, values: list[float]) -> list[float]:
+        return values
+
+    def gather(self, obj: Any) -> list[Any]:
+        return [obj]
+
+    def barrier(self) -> None:
+        pass
+
+    def close(self) -> None:
+        pass
+
+    def free(self) -> None:
+        """Release what a deleted model held (call after dropping the last reference)."""
+        import gc
+
+        import torch
+
+        gc.collect()
+        if torch.cuda.is_available():
+            torch.cuda.empty_cache()
+
+    # saving and resuming
+    def state_dict(self, model: Any) -> dict[str, Any] | None:
+        """The full state dict on rank 0 (None elsewhere); collective."""
+        return model.state_dict()
+
+    def optimizer_state(self, model: Any, optimizer: Any) -> dict[str, Any] | None:
+        """The optimizer state in the single-process format on rank 0 (None elsewhere); collective."""
+        return optimizer.state_dict()
+
+    def load_optimizer(self, model: Any, optimizer: Any, folder: Path) -> bool:
+        import torch
+
+        path = folder / OPTIMIZER
+        if not path.exists():
+            return False
+        optimizer.load_state_dict(torch.load(path, weights_only=True, map_location=self.device))
+        return True
+
+    def save(self, model: Any, optimizer: Any, dest: Path, tokenizer_files: Path) -> None:
+        """Rank 0 writes the full checkpoint folder `dest` (atomically: a temp folder renamed); collective."""
+        import torch
+
+        state, optim = self.state_dict(model), self.optimizer_state(model, optimizer)
+        if self.main:
+            tmp = dest.with_name(dest.name + ".tmp")
+            shutil.rmtree(tmp, ignore_errors=True)
+            tmp.mkdir(parents=True)
+            checkpoint_files(tokenizer_files, tmp)
+            _unwrap(model).save_pretrained(str(tmp), state_dict=state)
+            torch.save(optim, tmp / OPTIMIZER)
+            shutil.rmtree(dest, ignore_errors=True)
+            tmp.rename(dest)
+        self.barrier()
+
+
+def _checkpoint_activations(model: Any) -> None:
+    """Recompute each decoder layer in the backward pass (non-reentrant: works under FSDP2 and DeepSpeed)."""
+    kwargs = {"use_reentrant": False}
+    if hasattr(model, "activation_checkpointing_enable"):  # transformers >= 5.2x (the old name is deprecated)
+        model.activation_checkpointing_enable(activation_checkpointing_kwargs=kwargs)
+    else:
+        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs=kwargs)
+
+
+def _unwrap(model: Any) -> Any:
+    return getattr(model, "module", model)
+
+
+class _Distributed(Backend):
+    """torch.distributed process group from the launcher's environment (RANK, WORLD_SIZE, MASTER_ADDR/PORT)."""
+
+    def __init__(self) -> None:
+        import torch
+        import torch.distributed as dist
+
+        cuda = torch.cuda.is_available()
+        local = int(os.environ.get("LOCAL_RANK", 0))
+        if cuda:
+            torch.cuda.set_device(local)
+        if not dist.is_initialized():
+            dist.init_process_group("nccl" if cuda else "gloo")
+        super().__init__(rank=dist.get_rank(), world=dist.get_world_size(),
+                         device=torch.device("cuda", local) if cuda else torch.device("cpu"),
+                         bf16=cuda and torch.cuda.is_bf16_supported())
+
+    def sum(self, values: list[float]) -> list[float]:
+        import torch
+        import torch.distributed as dist
+
+        t = torch.tensor(values, dtype=torch.float64, device=self.device)
+        dist.all_reduce(t)
+        return t.tolist()
+
+    def gather(self, obj: Any) -> list[Any]:
+        import torch.distributed as dist
+
+        out: list[Any] = [None] * self.world
+        dist.all_gather_object(out, obj)
+        return out
+
+    def barrier(self) -> None:
+        import torch.distributed as dist
+
+        dist.barrier()
+
+    def close(self) -> None:
+        import torch.distributed as dist
+
+        if dist.is_initialized():
+            dist.destroy_process_group()
+
+
+class DDP(_Distributed):
+    """Every rank holds the whole model; gradients are all-reduced (averaged) on each minibatch's last pass."""
+
+    def wrap(self, model: Any, *, trainable: bool) -> Any:
+        from torch.nn.parallel import DistributedDataParallel
+
+        model = model.to(self.device)
+        if not trainable:
+            return model
+        return DistributedDataParallel(model, device_ids=[self.device.index] if self.device.type == "cuda" else None)
+
+    @contextlib.contextmanager
+    def micro_step(self, model: Any, last: bool) -> Iterator[None]:
+        with contextlib.nullcontext() if last or not hasattr(model, "no_sync") else model.no_sync():
+            yield
+
+    def state_dict(self, model: Any) -> dict[str, Any] | None:
+        return _unwrap(model).state_dict() if self.main else None
+
+    def optimizer_state(self, model: Any, optimizer: Any) -> dict[str, Any] | None:
+        return optimizer.state_dict() if self.main else None
+
+
+class FSDP(_Distributed):
+    """torch FSDP2: parameters, gradients and optimizer state sharded over the ranks (full shard)."""
+
+    def __init__(self, layer_classes: Sequence[str] = (), reshard_after_forward: bool = True) -> None:
+        # accelerate launch exports fsdp.yaml as ACCELERATE_USE_FSDP / FSDP_CPU_RAM_EFFICIENT_LOADING, on which
+        # transformers loads the weights on local rank 0 only and leaves the broadcast to accelerate's prepare. Here
+        # every rank loads the checkpoint (host memory: one copy per rank) and shards it itself.
+        os.environ["ACCELERATE_USE_FSDP"] = "false"
+        os.environ["FSDP_CPU_RAM_EFFICIENT_LOADING"] = "false"
+        super().__init__()
+        from torch.distributed.device_mesh import init_device_mesh
+
+        self.mesh = init_device_mesh(self.device.type, (self.world,))
+        self.layer_classes = tuple(layer_classes)
+        self.reshard_after_forward = reshard_after_forward
+
+    @classmethod
+    def from_config(cls, path: Path) -> FSDP:
+        """The settings of an accelerate FSDP config (`fsdp_transformer_layer_cls_to_wrap`, `fsdp_reshard_after_forward`)."""
+        import yaml
+
+        fsdp = (yaml.safe_load(Path(path).read_text()) or {}).get("fsdp_config", {})
+        layers = fsdp.get("fsdp_transformer_layer_cls_to_wrap") or ""
+        layers = layers.split(",") if isinstance(layers, str) else list(layers)
+        return cls([c.strip() for c in layers if c.strip()], bool(fsdp.get("fsdp_reshard_after_forward", True)))
+
+    def wrap(self, model: Any, *, trainable: bool) -> Any:
+        import torch
+        from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
+
+        names = set(self.layer_classes) | set(getattr(model, "_no_split_modules", None) or [])
+        layers = [m for m in model.modules() if type(m).__name__ in names]
+        if not layers:
+            raise RuntimeError(f"FSDP: no layer of class {sorted(names)} in {type(model).__name__}: set "
+                               "fsdp_transformer_layer_cls_to_wrap in the accelerate config")
+        mp = MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32) \
+            if self.bf16 and trainable else MixedPrecisionPolicy()
+        for layer in layers:
+            fully_shard(layer, mesh=self.mesh, reshard_after_forward=self.reshard_after_forward, mp_policy=mp)
+        fully_shard(model, mesh=self.mesh, reshard_after_forward=self.reshard_after_forward, mp_policy=mp)
+        return model
+
+    def state_dict(self, model: Any) -> dict[str, Any] | None:
+        from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
+
+        state = get_model_state_dict(model, options=StateDictOptions(full_state_dict=True, cpu_offload=True))
+        return state if self.main else None
+
+    def optimizer_state(self, model: Any, optimizer: Any) -> dict[str, Any] | None:
+        from torch.distributed.checkpoint.state_dict import StateDictOptions, get_optimizer_state_dict
+
+        full = get_optimizer_state_dict(model, optimizer,
+                                        options=StateDictOptions(full_state_dict=True, cpu_offload=True))
+        return _by_index(full, _param_names(model)) if self.main else None
+
+    def load_optimizer(self, model: Any, optimizer: Any, folder: Path) -> bool:
+        import torch
+        from torch.distributed.checkpoint.state_dict import StateDictOptions, set_optimizer_state_dict
+
+        path = folder / OPTIMIZER
+        found = self.gather(path.exists())  # the same answer on every rank (one shared filesystem or not)
+        if not all(found):
+            return False
+        full = _by_name(torch.load(path, weights_only=True, map_location="cpu"), _param_names(model)) \
+            if self.main else {}
+        set_optimizer_state_dict(model, optimizer, full,
+                                 options=StateDictOptions(full_state_dict=True, broadcast_from_rank0=True))
+        return True
+
+
+def _param_names(model: Any) -> list[str]:
+    """Parameter names in `model.parameters()` order (what the single-process optimizer's indices count)."""
+    return [n for n, _ in model.named_parameters()]
+
+
+def _by_index(state: dict[str, Any], names: list[str]) -> dict[str, Any]:
+    """A full optimizer state dict keyed by parameter name -> `torch.optim.Optimizer.state_dict()`'s format."""
+    index = {n: i for i, n in enumerate(names)}
+    return {"state": {index[n]: v for n, v in state["state"].items()},
+            "param_groups": [{**g, "params": [index[n] for n in g["params"]]} for g in state["param_groups"]]}
+
+
+def _by_name(state: dict[str, Any], names: list[str]) -> dict[str, Any]:
+    return {"state": {names[i]: v for i, v in state["state"].items()},
+            "param_groups": [{**g, "params": [names[i] for i in g["params"]]} for g in state["param_groups"]]}
+
+
+class DeepSpeed(Backend):
+    """ZeRO-3 through accelerate (`deepspeed.yaml`, from the environment `accelerate launch` sets)."""
+
+    def __init__(self) -> None:
+        import torch
+        from accelerate import Accelerator
+
+        bf16 = torch.cuda.is_available() and torch.cuda.is_bf16_supported()
+        self.accelerator = Accelerator(mixed_precision="bf16" if bf16 else "no")
+        plugin = self.accelerator.state.deepspeed_plugin
+        plugin.deepspeed_config["train_micro_batch_size_per_gpu"] = 1
+        plugin.deepspeed_config["gradient_accumulation_steps"] = 1
+        plugin.set_deepspeed_weakref()  # transformers creates the models partitioned (zero3_init_flag)
+        super().__init__(rank=self.accelerator.process_index, world=self.accelerator.num_processes,
+                         device=self.accelerator.device, bf16=bf16)
+
+    def load(self, path: Path, *, trainable: bool, gradient_checkpointing: bool = False) -> Any:
+        import torch
+        from transformers import AutoModelForCausalLM
+
+        model = AutoModelForCausalLM.from_pretrained(str(path), dtype=torch.bfloat16 if self.bf16 else torch.float32)
+        if trainable and gradient_checkpointing:
+            _checkpoint_activations(model)
+        if trainable:
+            return model  # prepared with its optimizer (`optimizer`)
+        from trl.models.utils import prepare_deepspeed
+
+        model.requires_grad_(False)
+        return prepare_deepspeed(model, self.accelerator)
+
+    def optimizer(self, model: Any, lr: float) -> Any:
+        raise NotImplementedError("DeepSpeed: use prepare()")
+
+    def prepare(self, model: Any, lr: float) -> tuple[Any, Any]:
+        import torch
+
+        optimizer = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0.0)
+        return self.accelerator.prepare(model, optimizer)
+
+    def backward(self, model: Any, loss: Any, last: bool) -> None:
+        model.set_gradient_accumulation_boundary(last)  # model: the DeepSpeedEngine
+        model.backward(loss)
+
+    def step(self, model: Any, optimizer: Any, max_grad_norm: float) -> float:
+        model.step()  # clips to --gradient_clipping, steps, zeroes the gradients
+        norm = model.get_global_grad_norm()
+        return float(norm) if norm is not None else float("nan")
+
+    def zero_grad(self, model: Any, optimizer: Any) -> None:
+        pass
+
+    def sum(self, values: list[float]) -> list[float]:
+        import torch
+
+        return self.accelerator.reduce(torch.tensor(values, dtype=torch.float64, device=self.device),
+                                       reduction="sum").tolist()
+
+    def gather(self, obj: Any) -> list[Any]:
+        from accelerate.utils import gather_object
+
+        return gather_object([obj])
+
+    def barrier(self) -> None:
+        self.accelerator.wait_for_everyone()
+
+    def state_dict(self, model: Any) -> dict[str, Any] | None:
+        state = self.accelerator.get_state_dict(model)  # gathers the 16-bit weights (zero3_save_16bit_model)
+        return state if self.main else None
+
+    def load_optimizer(self, model: Any, optimizer: Any, folder: Path) -> bool:
+        if not (folder / DEEPSPEED_STATE).is_dir():
+            if (folder / OPTIMIZER).exists() and self.main:
+                log.warning("%s: optimizer state of another strategy; DeepSpeed starts with fresh moments", folder)
+            return False
+        model.load_checkpoint(str(folder / DEEPSPEED_STATE), load_module_only=False, load_module_strict=True)
+        return True
+
+    def save(self, model: Any, optimizer: Any, dest: Path, tokenizer_files: Path) -> None:
+        tmp = dest.with_name(dest.name + ".tmp")
+        if self.main:
+            shutil.rmtree(tmp, ignore_errors=True)
+            tmp.mkdir(parents=True)
+        self.barrier()
+        state = self.state_dict(model)
+        model.save_checkpoint(str(tmp / DEEPSPEED_STATE))  # collective: every rank writes its partition
+        if self.main:
+            checkpoint_files(tokenizer_files, tmp)
+            self.accelerator.unwrap_model(model).save_pretrained(str(tmp), state_dict=state)
+            shutil.rmtree(dest, ignore_errors=True)
+            tmp.rename(dest)
+        self.barrier()
+
+
+def make_backend(strategy: str) -> Backend:
+    """The backend of this process: plain (one process), or the strategy's over the launcher's process group."""
+    if int(os.environ.get("WORLD_SIZE", "1")) <= 1:
+        import torch
+
+        cuda = torch.cuda.is_available()
+        return Backend(device=torch.device("cuda") if cuda else torch.device("cpu"),
+                       bf16=cuda and torch.cuda.is_bf16_supported())
+    if strategy == "fsdp":
+        return FSDP.from_config(accelerate_config("fsdp"))
+    if strategy == "ddp":
+        return DDP()
+    if strategy == "deepspeed":
+        return DeepSpeed()
+    raise ValueError(f"rl.strategy: unknown strategy {strategy!r} (one of {list(STRATEGIES)})")
+
+
+# ---- the worker ---------------------------------------------------------------------------------------
+
+
+@dataclass
+class Sample:
+    input_ids: Any  # 1-D int64 tensor on the device
+    mask: Any  # ids[1:]-aligned mask from the reply's first token (a tensor on the device)
+    start: int
+    advantage: float
+    weight: float
+    old: Any = None  # sampling policy's log-probs from `start` (None: single step, the update's own detached)
+    ref: Any = None
+
+    @property
+    def tokens(self) -> int:
+        return int(self.input_ids.shape[0])
+
+
+def load_samples(path: Path, device: Any) -> list[Sample]:
+    import torch
+
+    out = []
+    for row in torch.load(path, weights_only=True):
+        mask = [int(m) for m in row["mask"].tolist()]
+        start = reply_start(mask)
+        out.append(Sample(input_ids=row["input_ids"].to(device), start=start,
+                          mask=torch.tensor(mask[1:][start:], device=device), advantage=row["advantage"],
+                          weight=row["weight"]))
+    return out
+
+
+def _dummy(samples: list[Sample]) -> Any:
+    return samples[0].input_ids[:2]
+
+
+def sharded_logprobs(backend: Backend, model: Any, samples: list[Sample], temperature: float) -> list[Any]:
+    """Every sample's reply log-probs under `model`: each rank takes its share (dealt by tokens), padding passes
+    keep the ranks' forward counts equal, and the shares are gathered (CPU tensors, then moved to the device)."""
+    import torch
+
+    shares = deal(range(len(samples)), [s.tokens for s in samples], backend.world)
+    mine = shares[backend.rank]
+    passes = max(len(share) for share in shares)
+    model.eval()
+    got: dict[int, Any] = {}
+    with torch.no_grad():
+        for k in range(passes):
+            if k < len(mine):
+                s = samples[mine[k]]
+                got[mine[k]] = reply_logprobs(model, s.input_ids, s.start, temperature).cpu()
+            else:
+                reply_logprobs(model, _dummy(samples), 0, temperature)
+    merged: dict[int, Any] = {}
+    for part in backend.gather(got):
+        merged.update(part)
+    return [merged[i].to(backend.device) for i in range(len(samples))]
+
+
+def sharded_update(backend: Backend, policy: Any, optimizer: Any, samples: list[Sample], *, epochs: int,
+                   minibatches: int, clip_eps: float, kl_coef: float, max_grad_norm: float, rng: random.Random,
+                   temperature: float = 1.0) -> dict[str, float]:
+    """`grpo.update` with each minibatch dealt over the ranks (module docstring); the same statistics."""
+    if not samples:
+        return {"loss": 0.0, "kl": 0.0, "clipped": 0.0, "samples": 0, "optimizer_steps": 0}
+    totals = [0.0, 0.0, 0.0, 0.0]  # loss, kl, clipped, count
+    steps = 0
+    backend.train(policy)
+    lengths = [s.tokens for s in samples]
+    for batch in minibatch_plan(len(samples), epochs=epochs, minibatches=minibatches, rng=rng):
+        weight_sum = sum(samples[i].weight for i in batch) or 1.0
+        shares = deal(batch, lengths, backend.world)
+        mine = shares[backend.rank]
+        passes = max(len(share) for share in shares)
+        backend.zero_grad(policy, optimizer)
+        for k in range(passes):
+            last = k == passes - 1
+            with backend.micro_step(policy, last):
+                if k < len(mine):
+                    s = samples[mine[k]]
+                    new_lp = reply_logprobs(policy, s.input_ids, s.start, temperature)
+                    old_lp = new_lp.detach() if s.old is None else s.old
+                    loss, kl, clipped = sample_loss(new_lp, old_lp, s.ref, s.mask, s.advantage, clip_eps=clip_eps,
+                                                    kl_coef=kl_coef)
+                    backend.backward(policy, loss * (s.weight * backend.world / weight_sum), last)
+                    totals[0] += float(loss.detach())
+                    totals[1] += float(kl)
+                    totals[2] += float(clipped)
+                    totals[3] += 1
+                else:  # a padding pass: the collectives of a forward and backward, no gradient
+                    backend.backward(policy, reply_logprobs(policy, _dummy(samples), 0, temperature).sum() * 0.0, last)
+        backend.step(policy, optimizer, max_grad_norm)
+        steps += 1
+    policy.eval()
+    loss, kl, clipped, count = backend.sum(totals)
+    count = max(count, 1.0)
+    return {"loss": loss / count, "kl": kl / count, "clipped": clipped / count, "samples": len(samples),
+            "optimizer_steps": steps}
+
+
+def run_job(job_file: str | Path) -> dict[str, float]:
+    """The worker: every process of the launch runs this on the same job.json (module docstring)."""
+    import torch
+
+    job = json.loads(Path(job_file).read_text())
+    torch.set_num_threads(int(job.get("threads", 1)))
+    backend = make_backend(job["strategy"])
+    try:
+        return _run(backend, job)
+    finally:
+        backend.close()
+
+
+def _run(backend: Backend, job: dict[str, Any]) -> dict[str, float]:
+    import torch
+
+    t0 = time.monotonic()
+    torch.manual_seed(int(job["torch_seed"]))
+    samples = load_samples(Path(job["samples"]), backend.device)
+    temperature = float(job["temperature"])
+    if samples:
+        reference = backend.load(Path(job["reference"]), trainable=False)
+        for s, lp in zip(samples, sharded_logprobs(backend, reference, samples, temperature), strict=True):
+            s.ref = lp
+        del reference
+        backend.free()
+    t_ref = time.monotonic()
+    policy = backend.load(Path(job["policy"]), trainable=True,
+                          gradient_checkpointing=bool(job.get("gradient_checkpointing")))
+    if isinstance(backend, DeepSpeed):
+        policy, optimizer = backend.prepare(policy, float(job["learning_rate"]))
+    else:
+        optimizer = backend.optimizer(policy, float(job["learning_rate"]))
+    resumed = backend.load_optimizer(policy, optimizer, Path(job["policy"]))
+    if samples and not job["single_step"]:
+        for s, lp in zip(samples, sharded_logprobs(backend, policy, samples, temperature), strict=True):
+            s.old = lp
+    stats = sharded_update(backend, policy, optimizer, samples, epochs=int(job["epochs"]),
+                           minibatches=int(job["minibatches"]), clip_eps=float(job["clip_eps"]),
+                           kl_coef=float(job["kl_coef"]), max_grad_norm=float(job["max_grad_norm"]),
+                           rng=random.Random(int(job["update_seed"])), temperature=temperature)
+    t_update = time.monotonic()
+    backend.save(policy, optimizer, Path(job["dest"]), Path(job["tokenizer_files"]))
+    stats = {**stats, "world_size": backend.world, "reference_s": round(t_ref - t0, 2),
+             "update_s": round(t_update - t_ref, 2), "save_s": round(time.monotonic() - t_update, 2),
+             "optimizer_resumed": resumed}
+    if backend.main:
+        atomic.write_json(Path(job["stats"]), stats)
+        log.info("sharded update on %d processes: %d samples, %d optimizer steps, loss %.4f, kl %.4f (%.0fs)",
+                 backend.world, stats["samples"], stats["optimizer_steps"], stats["loss"], stats["kl"],
+                 time.monotonic() - t0)
+    return stats
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if len(argv) != 1:
+        raise SystemExit("usage: python -m gymforge.rl.sharded JOB.json (normally started by accelerate launch)")
+    logging.basicConfig(level=logging.INFO if int(os.environ.get("RANK", "0")) == 0 else logging.WARNING,
+                        format="%(asctime)s %(name)s %(levelname)s %(message)s")
+    from transformers.utils import logging as hf_logging
+
+    hf_logging.disable_progress_bar()  # one bar per rank and model: noise in the job log
+    run_job(argv[0])
+
+
+if __name__ == "__main__":
+    main()
