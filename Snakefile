@@ -11,6 +11,9 @@ report: "report/workflow.rst"
 
 # Fails here, before any job is scheduled, with the offending key path.
 CFG = validate_config(config)
+# config.yaml holds only overrides (the defaults live in the models): the report's first page (report/workflow.rst)
+# reads the resolved values from here. Jobs read the resolved config file (rules/common.smk), never `config`.
+config.update(seed=CFG.seed, results_dir=CFG.results_dir)
 # A run killed with kill -9 leaves its lock behind: removed here when no other snakemake runs in this directory.
 # Only by the main process: a cluster job's own snakemake (on another node) cannot see the run that holds the lock.
 if workflow.is_main_process:
@@ -58,3 +61,4 @@ rule all:
         rules.trajectories.input,
         rules.checkpoints.input,
         rules.scores.input,
+        rules.rl_plot.output if RL_EVALUATED else [],

@@ -6,6 +6,8 @@
 RL_DIR = f"{R}/rl/{CFG.train.name}"
 RL_SLOTS = CFG.rl.tasks or TOPIC_SLOTS
 RL_SOURCE = f"{R}/micro" if CFG.rl.tasks_from == "micro" else f"{R}/environments"
+# The benchmark scores the RL checkpoint: train_rl is then part of `all`, and so is its figure (Snakefile).
+RL_EVALUATED = any(m.source == "student-rl" for m in CFG.evaluate.models)
 
 
 rule train_rl:
@@ -38,8 +40,23 @@ rule train_rl:
         )
 
 
+# The reward curve as a report figure. A rule of its own (not an output of train_rl), so redrawing it never reruns
+# the training; `snakemake --report report.html all rl` shows it after `snakemake rl` (the report lists the figures
+# of its targets' jobs).
+rule rl_plot:
+    input:
+        curve=f"{RL_DIR}/curve.json",
+    output:
+        report(f"{RL_DIR}/curve.png", caption="../report/rl.rst", category="5. On-policy RL"),
+    log:
+        f"{LOGS}/rl/{CFG.train.name}.plot.log",
+    shell:
+        gymforge("rl-plot", "--curve {input.curve} --png-out {output}", config=False)
+
+
 rule rl:
     input:
         f"{R}/config.json",
         RL_CHECKPOINT,
         f"{RL_DIR}/curve.json",
+        f"{RL_DIR}/curve.png",

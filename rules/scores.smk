@@ -9,9 +9,9 @@ rule score_table:
         aup=f"{SCORES}/aup.csv",
         scores=f"{SCORES}/scores.json",
         replies=f"{SCORES}/replies.json",
-        violins=report(f"{SCORES}/plots/violins.png", caption="../report/scores.rst", category="5. Scores"),
-        bars=report(f"{SCORES}/plots/aup.png", caption="../report/scores.rst", category="5. Scores"),
-        profiles=report(f"{SCORES}/plots/profiles.png", caption="../report/scores.rst", category="5. Scores"),
+        violins=report(f"{SCORES}/plots/violins.png", caption="../report/scores.rst", category="4. Scores"),
+        bars=report(f"{SCORES}/plots/aup.png", caption="../report/scores.rst", category="4. Scores"),
+        profiles=report(f"{SCORES}/plots/profiles.png", caption="../report/scores.rst", category="4. Scores"),
     log:
         f"{LOGS}/scores/table.log",
     shell:

@@ -60,9 +60,9 @@ rule sft_plots:
         stats=f"{SFT}/stats.json",
         rollouts=f"{SFT}/rollouts.jsonl",
     output:
-        kept=report(f"{SFT}/plots/kept_per_task.png", caption="../report/trajectories.rst", category="3. Trajectories"),
+        kept=report(f"{SFT}/plots/kept_per_task.png", caption="../report/trajectories.rst", category="2. Trajectories"),
         stats=report(f"{SFT}/plots/trajectory_stats.png", caption="../report/trajectories.rst",
-                     category="3. Trajectories"),
+                     category="2. Trajectories"),
     log:
         f"{LOGS}/sft/plots.log",
     shell:

@@ -32,7 +32,7 @@ rule train_student:
         tokenizer=f"{R}/student/tokenizer",
         base=[STUDENT_BASE] if BUILT_STUDENT else [],
     output:
-        report(directory(CHECKPOINT), patterns=["{name}.png"], caption="../report/loss.rst", category="4. Training"),
+        report(directory(CHECKPOINT), patterns=["{name}.png"], caption="../report/loss.rst", category="3. Training"),
     log:
         f"{LOGS}/checkpoints/{CFG.train.name}.log",
     benchmark:

@@ -5,7 +5,7 @@ from pathlib import Path
 
 import pytest
 
-from gymforge.agent.tools import MAX_RESULTS, FileTools, Workspace, blocked
+from gymforge.agent.tools import MAX_RESULTS, FileTools, Workspace, blocked, is_training_command
 from gymforge.sandbox import Mount
 
 REMOTE = "/home/agent/workspace"  # the sandbox's name for the workspace; files live under tmp_path
@@ -284,3 +284,13 @@ def test_swapping_a_directory_for_a_symlink_never_leads_the_tools_outside(ws: Pa
         os.kill(pid, 9)
         os.waitpid(pid, 0)
     assert (host / "f.txt").read_text() == "HOST SECRET\n" and sorted(os.listdir(host)) == ["f.txt"]
+
+
+TRAINING = ["python train.py", "python3 -m pkg.train", "cd src && python3 main.py", "torchrun --nproc_per_node=2 t.py",
+            "accelerate launch t.py", "deepspeed t.py", "timeout 60 python train.py"]
+NOT_TRAINING = ["ls -la", "cat python_notes.txt", "pip list | grep pythonic", "echo done", "pytorch_info"]
+
+
+@pytest.mark.parametrize("command", TRAINING + NOT_TRAINING)
+def test_training_commands_are_those_that_run_python_or_a_launcher(command: str) -> None:
+    assert is_training_command(command) is (command in TRAINING)

@@ -55,6 +55,11 @@ OPEN: dict[tuple[str, str, str], str] = {
 }
 
 
+# Cases whose bound depends on a poll keeping up with the writer (docker's /tmp is its writable layer): under
+# `make test` they run in the serial phase, after the parallel one, not squeezed by other workers.
+SERIAL = {("fill_tmp", "docker")}
+
+
 def cases(test: str, entries: tuple[str, ...] = ALL, backends: tuple[str, ...] = BACKENDS, extra=((),)) -> list:
     out = []
     for e in entries:
@@ -62,6 +67,7 @@ def cases(test: str, entries: tuple[str, ...] = ALL, backends: tuple[str, ...] =
             for x in extra:
                 reason = OPEN.get((test, e, b)) or OPEN.get((test, e, b, *x)) if x else OPEN.get((test, e, b))
                 marks = [pytest.mark.xfail(strict=True, reason=f"open: {reason}")] if reason else []
+                marks += [pytest.mark.serial] if (test, b) in SERIAL else []
                 out.append(pytest.param(e, b, *x, id="-".join([e, b, *map(str, x)]), marks=marks))
     return out
 

@@ -10,13 +10,13 @@ from pathlib import Path
 import pytest
 
 from gymforge.agent import EvaluationFormatError, SubmissionNotFound
+from gymforge.core.gpus import gpu_count
 from gymforge.tasks.environment import (
     BaselineFailed,
     InstallError,
     TaskEnvironment,
     TaskUnsupported,
     default_root,
-    detect_gpus,
     parse_metrics,
 )
 from gymforge.tasks.mlgym import load_task_config
@@ -107,8 +107,15 @@ def test_python_task_scores_the_edited_module(backend: SandboxBackend, tmp_path:
     assert env.evaluate()[0]["Score"] > GAME_BASELINE["Score"]
 
 
+def test_gpus_default_to_the_hosts_count(backend: SandboxBackend, tmp_path: Path, monkeypatch) -> None:
+    """An environment given no GPU count takes the one host counter's (gymforge.core.gpus), GYMFORGE_GPUS included."""
+    monkeypatch.setenv("GYMFORGE_GPUS", "3")
+    assert TaskEnvironment.from_id(ROOT, "lmTiny", sandbox=backend, run_dir=tmp_path / "run").gpus == 3
+    assert TaskEnvironment.from_id(ROOT, "lmTiny", sandbox=backend, run_dir=tmp_path / "run", gpus=1).gpus == 1
+
+
 def test_lm_task_is_refused_without_gpus_with_a_reason(backend: SandboxBackend, tmp_path: Path) -> None:
-    if detect_gpus():
+    if gpu_count():
         pytest.skip("this host has GPUs")
     env = TaskEnvironment.from_id(ROOT, "lmTiny", sandbox=backend, run_dir=tmp_path / "run")
     with pytest.raises(TaskUnsupported, match="LMSubmissionTasks.*no GPU"):
@@ -118,7 +125,7 @@ def test_lm_task_is_refused_without_gpus_with_a_reason(backend: SandboxBackend, 
 
 
 def test_lm_task_runs_under_torchrun_with_gpus(tmp_path: Path) -> None:
-    gpus = detect_gpus()
+    gpus = gpu_count()
     if not gpus:
         pytest.skip("no GPU on this host")
     env = TaskEnvironment.from_id(ROOT, "lmTiny", sandbox=get_sandbox("local", gpus=True), run_dir=tmp_path / "run")

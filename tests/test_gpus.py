@@ -235,8 +235,23 @@ def test_device_sources(monkeypatch, tmp_path):
     assert gpus.default_lock_dir(env) == tmp_path / "job-17"
     assert gpus.default_lock_dir({"GYMFORGE_GPU_LOCKS": str(tmp_path)}) == tmp_path
     assert gpus.default_lock_dir({}) == gpus.Path(gpus.DEFAULT_LOCK_DIR)
+    assert gpus.gpu_count({"GYMFORGE_GPUS": "5"}) == 5
     # n = 0 never needs a device count (no nvidia-smi or torch probe).
     with lease(0, total=0) as ids:
         assert ids == []
     with lease(2, total=2, lock_dir=tmp_path / "l") as ids:
         assert ids == ["0", "1"]
+
+
+def test_torch_is_asked_only_where_an_nvidia_driver_is_loaded(monkeypatch, tmp_path):
+    """Without nvidia-smi the count falls back to torch, but only on a host with the driver: elsewhere torch
+    could find no GPU, and importing it costs seconds."""
+    fake_torch = type(sys)("torch")
+    fake_torch.cuda = type(sys)("torch.cuda")
+    fake_torch.cuda.device_count = lambda: 2
+    monkeypatch.setitem(sys.modules, "torch", fake_torch)
+    monkeypatch.setattr(gpus.shutil, "which", lambda name: None)  # no nvidia-smi
+    monkeypatch.setattr(gpus, "NVIDIA_DRIVER", tmp_path / "no-driver")
+    assert gpus.device_total({})[0] == gpus.gpu_count({}) == 0
+    monkeypatch.setattr(gpus, "NVIDIA_DRIVER", tmp_path)
+    assert gpus.device_total({}) == (2, "torch.cuda.device_count()") and gpus.gpu_count({}) == 2

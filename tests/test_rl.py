@@ -19,6 +19,7 @@ from typing import Any
 
 import pytest
 
+from gymforge.agent.tools import is_training_command
 from gymforge.core.records import AgentInfo, Flag, Trajectory, TrajectoryStep
 from gymforge.core.config import GymforgeConfig, RewardConfig
 from gymforge.rl import grpo
@@ -102,6 +103,28 @@ def test_flagged_episode_gets_no_reward() -> None:
     r = reward(traj([{"accuracy": 0.99}], steps=[("python train.py", 0)], flagged=True), task)
     assert r.flagged and r.reward == pytest.approx(W.no_submission_penalty)
     assert r.reward <= reward(traj([], "submission_not_found (submit)"), task).reward  # never cheaper to cheat
+
+
+def test_milestones_are_weighted_by_the_configs_milestone_keys() -> None:
+    """Every milestone the reward computes has its weight in `RewardConfig.milestones`, set by `milestone_<name>`."""
+    task = TaskMetric("accuracy", True, 0.5)
+    honest = traj([{"accuracy": 0.5}], steps=[("python train.py", 0)])  # equals the baseline: not beaten
+    r = reward(honest, task)
+    assert set(r.milestones) == set(W.milestones) == {"ran_code", "artefact", "evaluated", "beat_baseline"}
+    assert r.reward == pytest.approx(0.3)
+    heavy = RewardConfig.model_validate({"milestone_ran_code": 0.5, "milestone_beat_baseline": 2.0})
+    assert heavy.milestones == {"ran_code": 0.5, "artefact": 0.1, "evaluated": 0.1, "beat_baseline": 2.0}
+    assert episode_reward(Episode.of(honest), task, heavy).reward == pytest.approx(0.7)
+    zero = RewardConfig.model_validate({f"milestone_{name}": 0.0 for name in W.milestones})
+    assert episode_reward(Episode.of(honest), task, zero).reward == pytest.approx(0.0)
+
+
+@pytest.mark.parametrize("command", ["python train.py", "torchrun --standalone t.py", "accelerate launch t.py",
+                                     "deepspeed t.py", "ls", "cat python_notes.txt"])
+def test_ran_code_counts_what_the_loop_times_as_training(command: str) -> None:
+    r = reward(traj([], steps=[(command, 0)]), TaskMetric("accuracy", True, 0.5))
+    assert r.milestones["ran_code"] is is_training_command(command)
+    assert not reward(traj([], steps=[(command, 1)]), TaskMetric("accuracy", True, 0.5)).milestones["ran_code"]
 
 
 def test_metric_direction_from_proposal_text() -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
 from typing import Any
@@ -9,11 +10,12 @@ from typing import Any
 import pytest
 from huggingface_hub import DatasetCard
 
+from gymforge.agent.sources import rollout_candidate
 from gymforge.agent.trajectory import sft_messages
-from gymforge.core.config import GymforgeConfig
+from gymforge.core.config import FilterConfig, GymforgeConfig
 from gymforge.core.prompts import render, templates_dir
 from gymforge.core.records import AgentInfo, RolloutRecord, SandboxRef, ShardRecord, TeacherRef, Trajectory, TrajectoryStep
-from gymforge.stages.sft import build_sft, export_sft, is_successful
+from gymforge.stages.sft import REASONS, Kept, build_sft, export_sft, is_successful, reject_reason
 from gymforge.student.tokenizer import build_tokenizer, count_chat_tokens, load_tokenizer
 
 EXIT_STATUSES = ["submitted", "autosubmission (max_steps)", "autosubmission (format)", "autosubmission (context)",
@@ -75,6 +77,31 @@ def lines(path: Path) -> list[dict[str, Any]]:
 
 
 # ---- filters -------------------------------------------------------------------------------------------
+
+
+def test_a_candidate_is_rejected_for_the_first_filter_it_fails_in_reasons_order():
+    """`reject_reason` applies the filters in the order `REASONS` (and stats.json's `filters.order`) lists them:
+    a candidate failing every filter, mended one filter at a time, is rejected for each reason in turn."""
+    cfg = FilterConfig(max_tokens=10, max_per_task=1)
+    good = rollout_candidate(rollout(trajectory(["ls", "submit"]), 0))
+    kept = Kept()
+    kept.add(good)  # the same messages, of the same slot, were kept before
+    c = dataclasses.replace(good, flags=["scorer_write"], scores=[], messages=None)
+    reasons = [reject_reason(c, 11, kept, cfg)]
+    c = dataclasses.replace(c, flags=[])
+    reasons.append(reject_reason(c, 11, kept, cfg))
+    c = dataclasses.replace(c, scores=good.scores)
+    reasons.append(reject_reason(c, 11, kept, cfg))
+    c = dataclasses.replace(c, messages=good.messages)
+    reasons.append(reject_reason(c, 11, kept, cfg))
+    reasons.append(reject_reason(c, 10, kept, cfg))  # exactly max_tokens is short enough
+    kept.digests.clear()
+    reasons.append(reject_reason(c, 10, kept, cfg))
+    kept.per_slot.clear()
+    reasons.append(reject_reason(c, 10, kept, cfg))
+    assert reasons == [*REASONS, None]
+    assert reject_reason(dataclasses.replace(c, flags=["scorer_write"]), 10, kept,
+                         cfg.model_copy(update={"exclude_flagged": False})) is None
 
 
 def test_length_filter_keeps_exactly_max_tokens_and_rejects_one_above(tmp_path, tokenizer_dir):

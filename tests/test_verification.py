@@ -52,12 +52,20 @@ def run_verify(root, files, name, **verification) -> VerificationReport:
                   out / "report.json", out / "verified")
 
 
+@pytest.fixture(scope="module")
+def debugged(broken_task) -> VerificationReport:
+    """The broken task verified through the debug branch (into `<root>/debug`), for every test that reads it."""
+    root, files = broken_task
+    return run_verify(root, files, "debug", p_debug=1.0, max_iterations=5)
+
+
 @pytest.mark.parametrize("p_debug, branch", [(1.0, "debug"), (0.0, "restart")])
-def test_runtime_error_is_repaired_by_either_branch(broken_task, p_debug, branch):
+def test_runtime_error_is_repaired_by_either_branch(broken_task, p_debug, branch, request):
     root, files = broken_task
     source_yaml = next((root / "task" / "mlgym" / "configs" / "tasks").glob("*.yaml")).read_bytes()
     # A restart draws a fresh first draft, which may carry a bug of its own: allow a few.
-    report = run_verify(root, files, branch, p_debug=p_debug, max_iterations=5)
+    report = (request.getfixturevalue("debugged") if branch == "debug"
+              else run_verify(root, files, branch, p_debug=p_debug, max_iterations=5))
     assert report.status == "ok", report.reason
     first, *later = report.iterations
     assert "sepal_length_cm" in "\n".join(first.errors)
@@ -74,7 +82,7 @@ def test_runtime_error_is_repaired_by_either_branch(broken_task, p_debug, branch
     assert saved["iterations"][1]["source"] == branch
 
 
-def test_labels_are_hidden_and_baseline_reproduces(broken_task):
+def test_labels_are_hidden_and_baseline_reproduces(broken_task, debugged):
     root, files = broken_task
     report = VerificationReport.model_validate_json(
         (root / "debug" / "environments" / "t0000" / "report.json").read_text())

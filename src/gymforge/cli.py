@@ -16,12 +16,16 @@ from pathlib import Path
 from typing import Any, Callable
 
 from gymforge.core import gpus, job, plugins
-from gymforge.core.config import ConfigError, GymforgeConfig, load_config
+from gymforge.core.config import ConfigError, GymforgeConfig, config_or_defaults
 from gymforge.hub import get_hub
 
 
+# Every `--config`: without it, ./config.yaml when there is one, else the models' defaults (config_or_defaults).
+CONFIG_HELP = "config YAML/JSON (default: ./config.yaml when present, else the built-in defaults)"
+
+
 def _config(args) -> GymforgeConfig:
-    return load_config(args.config)
+    return config_or_defaults(args.config)
 
 
 # ---- pipeline steps: verb -> the function its rule runs ------------------------------------------------
@@ -41,6 +45,7 @@ STEPS: dict[str, tuple[str, str]] = {  # verb: (module:function, help)
     "student-base": ("gymforge.stages.training:student_base", "build the student's base model (offline: a tiny random-init Qwen3)"),
     "train-student": ("gymforge.stages.training:train_student", "stage 3.7: SFT of the student with TRL (run it with accelerate for several GPUs)"),
     "train-rl": ("gymforge.stages.rl:train_rl", "stage 3.9: on-policy RL (GRPO, duration-aware) of the SFT student on micro tasks"),
+    "rl-plot": ("gymforge.stages.rl:rl_plot", "the RL reward curve (curve.json) as a figure for the report"),
     "decontamination": ("gymforge.stages.evaluation:decontamination", "fail if a synthesized task shares a dataset or task family with the benchmark"),
     "eval-runs": ("gymforge.stages.evaluation:eval_runs", "stage 3.8: run (or resume) one model's runs on one benchmark task"),
     "check-benchmark-task": ("gymforge.stages.evaluation:check_benchmark_task", "probe one benchmark task's evaluator with degenerate submissions (gymforge check-task)"),
@@ -77,7 +82,7 @@ def _step_parser(verb: str, function: Callable[..., Any]) -> argparse.ArgumentPa
     p = argparse.ArgumentParser(prog=f"gymforge {verb}", description=doc.split("\n\n")[0])
     for param in inspect.signature(function).parameters.values():
         if param.name == "cfg":
-            p.add_argument("--config", default="config.yaml", help="config YAML/JSON (default: config.yaml)")
+            p.add_argument("--config", default=None, help=CONFIG_HELP)
             continue
         flag = "--" + param.name.replace("_", "-")
         kind = _FLAG_TYPES.get(str(param.annotation).replace("'", ""))
@@ -96,7 +101,7 @@ def _run_step(verb: str, target: str, argv: list[str]) -> None:
     function = _step_function(target)
     args = vars(_step_parser(verb, function).parse_args(argv))
     if "config" in args:
-        args["cfg"] = load_config(args.pop("config"))
+        args["cfg"] = config_or_defaults(args.pop("config"))
     _print_result(function(**args))
 
 
@@ -140,7 +145,11 @@ TOOLS: dict[str, str] = {
 
 
 def _run_tool(args: argparse.Namespace) -> None:
-    _step_function(TOOLS[args.command])(args)
+    try:
+        _step_function(TOOLS[args.command])(args)
+    except FileNotFoundError as err:  # almost always a path given on the command line: its name says it all
+        sys.exit(f"gymforge {args.command}: " + (f"{err.filename}: no such file or directory" if err.filename
+                                                 else str(err)))
 
 
 def _cmd_teacher_server(args) -> None:
@@ -164,7 +173,7 @@ def build_parser() -> argparse.ArgumentParser:
     def command(name: str, func, help: str, config: bool = True) -> argparse.ArgumentParser:
         p = sub.add_parser(name, help=help)
         if config:
-            p.add_argument("--config", default="config.yaml", help="config YAML/JSON (default: config.yaml)")
+            p.add_argument("--config", default=None, help=CONFIG_HELP)
         p.set_defaults(func=func)
         return p
 

@@ -11,7 +11,6 @@ import asyncio
 import json
 import logging
 import math
-import re
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -24,16 +23,15 @@ from pydantic import BaseModel, ConfigDict, Field
 from gymforge.agent.audit import Auditor
 from gymforge.agent.errors import EvaluationFormatError, SubmissionNotFound
 from gymforge.agent.parsing import FormatError, parse_reply
-from gymforge.agent.tools import FILE_COMMANDS, FileTools, Workspace, blocked
+from gymforge.agent.tools import FILE_COMMANDS, FileTools, Workspace, blocked, is_training_command
 from gymforge.agent.trajectory import KEEP_OBSERVATIONS, build_messages, write_results, write_trajectory
 from gymforge.core.prompts import render
-from gymforge.core.records import Flag, Trajectory, TrajectoryStep
+from gymforge.core.records import Exit, ExitStatus, Flag, Trajectory, TrajectoryStep
 from gymforge.llm.client import BudgetExceeded, ChatResult, LLMClient
 from gymforge.sandbox import ExecResult, Mount
 
 log = logging.getLogger("gymforge.agent")
 
-_TRAINING = re.compile(r"\b(python3?|torchrun|accelerate|deepspeed)\b")
 _T = TypeVar("_T")
 
 
@@ -254,7 +252,7 @@ class Agent:
             return _Outcome(_truncate(observation, self.cfg.max_observation_chars))
         if reason := blocked(action):
             return _Outcome(reason)
-        timeout = self.task.training_timeout if _TRAINING.search(action) else self.cfg.short_timeout_s
+        timeout = self.task.training_timeout if is_training_command(action) else self.cfg.short_timeout_s
         result = await self._blocking(self.session.run, action, timeout)
         observation = result.output
         if result.timed_out:
@@ -301,12 +299,12 @@ class Agent:
         except SubmissionNotFound as err:
             if not final:
                 return f"Submission artefact not found: {err}\nProduce the artefact the task asks for first.", False
-            info.exit_status, info.exit_detail = f"submission_not_found ({reason})", str(err)
+            info.exit_status, info.exit_detail = str(Exit(ExitStatus.SUBMISSION_NOT_FOUND, reason)), str(err)
             return f"Exited ({reason}): submission artefact not found: {err}", True
         except EvaluationFormatError as err:
             if not final:
                 return f"The evaluation could not read your submission: {err}", False
-            info.exit_status, info.exit_detail = f"evaluation_format_error ({reason})", str(err)
+            info.exit_status, info.exit_detail = str(Exit(ExitStatus.EVALUATION_FORMAT_ERROR, reason)), str(err)
             return f"Exited ({reason}): the evaluation could not read the submission: {err}", True
         info.score.append(metrics)
         if not final:
@@ -316,7 +314,8 @@ class Agent:
                 f"Baseline Score: {baseline}\nEvaluation Score: {json.dumps(metrics)}"
             ), False
         info.submission = artefact
-        info.exit_status = "submitted" if reason == "submit" else f"autosubmission ({reason})"
+        ended = Exit(ExitStatus.SUBMITTED) if reason == "submit" else Exit(ExitStatus.AUTOSUBMISSION, reason)
+        info.exit_status = str(ended)
         return f"Exited ({reason})", True
 
     async def _autosubmit(self, reason: str, state: str, reply: _Reply | None = None) -> bool:

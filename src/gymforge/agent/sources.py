@@ -35,7 +35,6 @@ import).
 from __future__ import annotations
 
 import json
-import math
 import posixpath
 from collections import Counter
 from dataclasses import dataclass, field
@@ -43,6 +42,7 @@ from pathlib import Path
 from typing import Any, Callable, Iterable, Iterator
 
 from gymforge.agent.trajectory import reply_chats, sft_messages
+from gymforge.core.metrics import has_valid_metric
 from gymforge.core.records import RolloutRecord, ShardRecord, Trajectory
 
 MLGYM_KEEP = 5  # MLGym's default history processor: Last5Observations (configs/agents/default.yaml)
@@ -88,10 +88,6 @@ def _is_shard_name(path: Path) -> bool:
 # ---- candidates ----------------------------------------------------------------------------------------
 
 
-def valid_score(entry: dict[str, Any]) -> bool:
-    return any(isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) for v in entry.values())
-
-
 @dataclass
 class Candidate:
     """One trajectory offered to the filters, whatever it came from (a rollout shard, an imported run)."""
@@ -115,7 +111,7 @@ class Candidate:
 
     @property
     def successful(self) -> bool:
-        return any(valid_score(entry) for entry in self.scores)
+        return any(has_valid_metric(entry) for entry in self.scores)
 
 
 def rollout_candidate(rec: RolloutRecord, *, ident: str | None = None, source: dict[str, Any] | None = None) -> Candidate:

@@ -427,6 +427,16 @@ def _segments(command: str) -> list[tuple[list[str], str, str]] | None:
     return segments
 
 
+# A command that runs python or a launcher of it: the agent loop gives it the task's training timeout instead
+# of the short one, and the RL reward's `ran_code` milestone counts it when it exits 0.
+_TRAINING = re.compile(r"\b(python3?|torchrun|accelerate|deepspeed)\b")
+
+
+def is_training_command(command: str) -> bool:
+    """Whether `command` runs python (or torchrun, accelerate, deepspeed) anywhere in it."""
+    return bool(_TRAINING.search(command))
+
+
 def blocked(command: str) -> str | None:
     """Why the command is refused (it would wait for a terminal or never end), or None to run it."""
     for words, before, after in _segments(command) or []:

@@ -49,6 +49,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, ValidationError
 
 from gymforge.core import atomic
+from gymforge.core.metrics import last_score, valid_metric, valid_metrics
 from gymforge.tasks.mlgym import BENCHMARK_TASKS
 
 log = logging.getLogger("gymforge.benchmark.aup")
@@ -199,18 +200,6 @@ def parse_run_name(name: str, known_tasks: Iterable[str] | None = None) -> tuple
     return model, task, run
 
 
-def _metric_dict(value: Any) -> dict[str, float]:
-    """The numeric, finite entries of a metric dict (bools, strings, NaN and infinities are dropped)."""
-    out: dict[str, float] = {}
-    for k, v in value.items():
-        if isinstance(v, bool) or not isinstance(v, (int, float)):
-            continue
-        f = float(v)
-        if math.isfinite(f):
-            out[str(k)] = f
-    return out
-
-
 def read_results(path: Path) -> tuple[list[dict[str, float]], dict[str, float] | None]:
     """(agent scores, baseline) of one results.json; raises ValueError/OSError when it is unusable.
 
@@ -225,12 +214,12 @@ def read_results(path: Path) -> tuple[list[dict[str, float]], dict[str, float] |
         agent = []
     if not isinstance(agent, list):
         raise ValueError(f'"agent" must be a list of metric objects, got {type(agent).__name__}')
-    scores = [_metric_dict(e) if isinstance(e, dict) else {} for e in agent]
+    scores = [valid_metrics(e) if isinstance(e, dict) else {} for e in agent]
     baseline = data.get("baseline")
     if baseline is not None and not isinstance(baseline, dict):
         log.warning("%s: ignoring \"baseline\": expected an object, got %s", path, type(baseline).__name__)
         baseline = None
-    return scores, (_metric_dict(baseline) if baseline is not None else None)
+    return scores, (valid_metrics(baseline) if baseline is not None else None)
 
 
 def load_runs(runs_dir: str | Path, tasks: Iterable[str] | None = None) -> list[RunResult]:
@@ -277,10 +266,10 @@ def best_attempt_index(scores: Sequence[Mapping[str, Any]], meta: TaskMeta) -> i
     """Index of the entry with the best priority-metric value (first on ties); None when no entry has the metric."""
     best: int | None = None
     for i, entry in enumerate(scores):
-        v = entry.get(meta.metric)
-        if v is None or isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v):
+        v = valid_metric(entry.get(meta.metric))
+        if v is None:
             continue
-        if best is None or _better(float(v), float(scores[best][meta.metric]), meta.higher_is_better):
+        if best is None or _better(v, float(scores[best][meta.metric]), meta.higher_is_better):
             best = i
     return best
 
@@ -293,12 +282,7 @@ def best_attempt(scores: Sequence[Mapping[str, Any]], meta: TaskMeta) -> float |
 
 def best_submission(scores: Sequence[Mapping[str, Any]], meta: TaskMeta) -> float | None:
     """The priority-metric value of the LAST score entry; None when there are no entries or it lacks the metric."""
-    if not scores:
-        return None
-    v = scores[-1].get(meta.metric)
-    if v is None or isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v):
-        return None
-    return float(v)
+    return last_score(scores, meta.metric)
 
 
 def _best_of(values: Iterable[float | None], higher_is_better: bool) -> float | None:
@@ -438,7 +422,7 @@ def task_ratios(values: Mapping[str, float | None], baseline: float | None, high
     status: dict[str, Status] = {}
     feasible: dict[str, float] = {}
     for m, v in values.items():
-        if v is None or not math.isfinite(v):
+        if valid_metric(v) is None:
             status[m] = "no_score"
         elif v < 0 or (baseline is not None and (v < baseline if higher_is_better else v > baseline)):
             status[m] = "infeasible"

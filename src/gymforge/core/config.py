@@ -298,6 +298,9 @@ class EvaluateConfig(_Strict):
         return self
 
 
+MILESTONE_PREFIX = "milestone_"  # a RewardConfig field so named weighs the milestone it names
+
+
 class RewardConfig(_Strict):
     """Weights of the shaped RL reward (gymforge.rl.rewards)."""
 
@@ -314,6 +317,11 @@ class RewardConfig(_Strict):
         "penalize", description="An episode whose only audit flags are `eval_edit_rejected` (an attempt on an "
         "evaluation script that changed nothing): `penalize` treats it as flagged (no reward but the "
         "no-submission penalty, so probing the evaluator never pays); `ignore` rewards it as if unflagged.")
+
+    @property
+    def milestones(self) -> dict[str, float]:
+        """Milestone name -> weight, from the `milestone_<name>` fields (the keys a config writes)."""
+        return {key.removeprefix(MILESTONE_PREFIX): weight for key, weight in self if key.startswith(MILESTONE_PREFIX)}
 
 
 class RLConfig(_Strict):
@@ -461,10 +469,34 @@ def validate_config(raw: dict[str, Any]) -> GymforgeConfig:
 
 
 def load_config(path: str | Path, overrides: dict[str, Any] | None = None) -> GymforgeConfig:
-    raw = yaml.safe_load(Path(path).read_text()) or {}
+    """A config file (YAML or JSON) validated over the models' defaults; ConfigError names a missing or
+    unreadable file."""
+    path = Path(path)
+    if not path.is_file():
+        raise ConfigError(f"{path}: no such config file")
+    try:
+        raw = yaml.safe_load(path.read_text()) or {}
+    except yaml.YAMLError as err:
+        raise ConfigError(f"{path}: not valid YAML: {str(err).splitlines()[0]}") from None
+    if not isinstance(raw, dict):
+        raise ConfigError(f"{path}: a config file is a mapping of settings, not a {type(raw).__name__}")
     if overrides:
         raw = deep_merge(raw, overrides)
     return validate_config(raw)
+
+
+# What the `gymforge` commands read without --config: the workflow's own config.yaml in the working directory.
+DEFAULT_CONFIG_FILE = "config.yaml"
+
+
+def config_or_defaults(path: str | Path | None) -> GymforgeConfig:
+    """`--config PATH` of a command: that file; without one, ./config.yaml when the working directory has one (a
+    checkout or a run directory), else the models' defaults, so the commands work from any directory."""
+    if path is None:
+        if not Path(DEFAULT_CONFIG_FILE).is_file():
+            return GymforgeConfig()
+        path = DEFAULT_CONFIG_FILE
+    return load_config(path)
 
 
 def deep_merge(base: dict[str, Any], extra: dict[str, Any]) -> dict[str, Any]:

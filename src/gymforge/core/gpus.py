@@ -20,7 +20,8 @@ Devices to choose from:
   subdirectory `job-<id>`. Outside a scheduler (a workstation with CUDA_VISIBLE_DEVICES=2,3 exported)
   the ids are always locked, so concurrent jobs never share a device.
 - otherwise ids `0..total-1`, total = `GYMFORGE_GPUS`, else the `GPU` lines of `nvidia-smi -L`, else
-  `torch.cuda.device_count()`, else 0.
+  `torch.cuda.device_count()` (asked only where an NVIDIA driver is loaded), else 0 (`device_total`, the one GPU
+  counter: task environments use it too).
 
 `n == 0`: the job runs with `CUDA_VISIBLE_DEVICES=""`, i.e. it sees no GPU at all. On a shared
 workstation a job that declares no GPU must not quietly allocate memory on device 0 (PyTorch, vLLM and
@@ -92,7 +93,12 @@ def _nvidia_smi_count() -> int | None:
     return sum(1 for line in out.stdout.splitlines() if line.startswith("GPU "))
 
 
+NVIDIA_DRIVER = Path("/proc/driver/nvidia")  # absent: no NVIDIA driver loaded, so torch would find no GPU
+
+
 def _torch_count() -> int | None:
+    if not NVIDIA_DRIVER.exists():
+        return None  # spare the seconds an import of torch takes
     try:
         import torch
     except Exception:  # noqa: BLE001 - no torch, or a broken CUDA install: no GPUs known
@@ -122,6 +128,11 @@ def device_total(env: dict[str, str] | None = None) -> tuple[int, str]:
     if count is not None:
         return count, "torch.cuda.device_count()"
     return 0, "no nvidia-smi and no CUDA-enabled torch"
+
+
+def gpu_count(env: dict[str, str] | None = None) -> int:
+    """GPUs on this machine (`device_total`'s number): what a task environment may give torchrun."""
+    return device_total(env)[0]
 
 
 def candidate_devices(total: int | None = None, env: dict[str, str] | None = None) -> tuple[list[str], str]:

@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import hashlib
-from typing import Any, Literal
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from enum import StrEnum
+from typing import Any, Literal, TypeVar
 
 from pydantic import BaseModel, Field
 
@@ -161,6 +164,66 @@ class CheckReport(BaseModel):
 # ---- trajectories (`gymforge.agent` writes them, every later stage reads them) ------------------------
 
 
+class ExitStatus(StrEnum):
+    """How an episode ended: the code of `AgentInfo.exit_status`. The stored string is MLGym's: the code, then the
+    reason in parentheses (`autosubmission (max_steps)`); `Exit` writes and reads it."""
+
+    SUBMITTED = "submitted"  # the agent's `submit`, evaluated (no reason)
+    AUTOSUBMISSION = "autosubmission"  # a limit ended the episode (reason: max_steps, cost, context, api, format)
+    SUBMISSION_NOT_FOUND = "submission_not_found"  # the final evaluation found no artefact (reason: what ended it)
+    EVALUATION_FORMAT_ERROR = "evaluation_format_error"  # the final evaluation could not read the artefact
+
+
+# The final evaluation failed: the last score entry, if any, is an earlier `validate`, not the submission.
+FAILED_EXITS = frozenset({ExitStatus.SUBMISSION_NOT_FOUND, ExitStatus.EVALUATION_FORMAT_ERROR})
+# Reasons that say the endpoint or the budget failed, not the agent: such an episode is retried, never kept.
+TRANSIENT_REASONS = frozenset({"api", "cost"})
+
+
+@dataclass(frozen=True)
+class Exit:
+    """An exit status as code and reason; `str()` gives the stored form, `Exit.parse` reads it back."""
+
+    code: ExitStatus | str  # a str: a code gymforge does not write (another tool's), kept verbatim
+    reason: str | None = None
+
+    def __str__(self) -> str:
+        return str(self.code) if self.reason is None else f"{self.code} ({self.reason})"
+
+    @classmethod
+    def parse(cls, text: str | None) -> Exit:
+        """`"autosubmission (cost)"` -> Exit(AUTOSUBMISSION, "cost"); None (no status yet) -> Exit("")."""
+        code, reason = text or "", None
+        head, sep, rest = code.partition(" (")
+        if sep and rest.endswith(")"):
+            code, reason = head, rest[:-1]
+        try:
+            return cls(ExitStatus(code), reason)
+        except ValueError:
+            return cls(code, reason)
+
+    @property
+    def failed(self) -> bool:
+        """The final evaluation failed (no artefact, or one it could not read)."""
+        return self.code in FAILED_EXITS
+
+    @property
+    def transient(self) -> bool:
+        """The endpoint or the budget ended the episode (`(api)`, `(cost)`): worth running again."""
+        return self.reason in TRANSIENT_REASONS
+
+
+_Entry = TypeVar("_Entry", bound=Mapping[str, Any])
+
+
+def final_submission(scores: Sequence[_Entry], exit_status: str | None) -> _Entry | None:
+    """The final submission's score entry: the last one, unless the exit status says the final evaluation failed
+    (then the last entry is an earlier `validate`'s); None when there is none."""
+    if not scores or Exit.parse(exit_status).failed:
+        return None
+    return scores[-1]
+
+
 class Flag(BaseModel):  # a suspicious-action flag of the audit (gymforge.agent.audit)
     code: str  # one of gymforge.agent.audit.CODES
     detail: str  # what was seen, in workspace-relative or sandbox paths (never host paths)
@@ -177,7 +240,7 @@ class ModelStats(BaseModel):
 
 class AgentInfo(BaseModel):
     model_stats: ModelStats = Field(default_factory=ModelStats)
-    exit_status: str | None = None
+    exit_status: str | None = None  # `Exit` as stored: "submitted", "autosubmission (max_steps)", ...
     submission: str | None = None  # artefact path of the last successful evaluation
     score: list[dict[str, float]] = Field(default_factory=list)  # one entry per validate/submit, in order
     exit_detail: str | None = None  # why an evaluation failed, in the evaluator's words

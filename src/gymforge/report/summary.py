@@ -1,4 +1,5 @@
-"""The run summary shown first in `snakemake --report`: the funnel, discard and failure reasons, and LLM usage.
+"""The run summary shown first in `snakemake --report`: the funnel, discard and failure reasons, AUP with its
+intervals, the audit, the benchmark's evaluator probes, the RL curves (when RL ran) and LLM usage.
 
 Two files from `gymforge status`'s numbers: `report/funnel.png` (items per stage, kept vs fallen out) and
 `report/summary.html` (a self-contained table page). Snakemake embeds both in its report, next to the
@@ -20,6 +21,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 
 from gymforge.core import atomic  # noqa: E402
 from gymforge.report.funnel import collect  # noqa: E402
+from gymforge.report.rl_plots import curve_png  # noqa: E402
 from gymforge.rl.frontier import task_pass_rates  # noqa: E402
 
 _STYLE = ("body{font-family:sans-serif;margin:1em}table{border-collapse:collapse;margin-bottom:1.5em}"
@@ -76,16 +78,7 @@ def rl_html(results: Path) -> str:
         rows = curve.get("iterations", [])
         if not rows:
             continue
-        fig, ax = plt.subplots(figsize=(6, 3))
-        ax.plot([r["iteration"] for r in rows], [r["mean_reward"] for r in rows], marker="o", label="mean reward")
-        ax.plot([r["iteration"] for r in rows], [r["valid_share"] for r in rows], marker=".", label="valid share")
-        ax.set_xlabel("iteration")
-        ax.legend()
-        buf = io.BytesIO()
-        fig.tight_layout()
-        fig.savefig(buf, format="png", dpi=90)
-        plt.close(fig)
-        png = base64.b64encode(buf.getvalue()).decode()
+        png = base64.b64encode(curve_png(rows, dpi=90)).decode()
         table = _table(["iteration", "tasks", "mean reward", "valid share", "mean duration s", "KL",
                         "zero-variance groups dropped"],
                        [[r["iteration"], " ".join(r.get("tasks", [])), f"{r['mean_reward']:.3f}",
@@ -127,6 +120,31 @@ def _pass_rate_table(rows: list[dict]) -> str:
                      body))
 
 
+def aup_html(results: Path) -> str:
+    """AUP per model with its bootstrap interval, and each student's difference from the model it started from
+    (`scores/scores.json`, rule score_table: `gymforge.benchmark.aup.bootstrap_aup`), or nothing before scoring."""
+    scores_file = Path(results) / "scores" / "scores.json"
+    if not scores_file.is_file():
+        return ""
+    boot = json.loads(scores_file.read_text()).get("bootstrap")
+    if not boot or not boot.get("aup"):
+        return ""
+    pct = f"{boot['level']:.0%}"
+
+    def cell(x: dict, signed: bool = False) -> str:
+        f = "+.3f" if signed else ".3f"
+        lo, hi = x["ci"]
+        return f"{x['estimate']:{f}} [{lo:{f}}, {hi:{f}}]"
+
+    models = sorted(boot["aup"].items(), key=lambda kv: (-kv[1]["best_aup"]["estimate"], kv[0]))
+    rows = [[m, cell(x["best_aup"]), cell(x["last_aup"])] for m, x in models]
+    rows += [[name, cell(d["best_aup"], True), cell(d["last_aup"], True)] for name, d in boot["differences"].items()]
+    return (f"<h2>AUP with {pct} intervals</h2><p>Best Attempt (Best AUP) and Best Submission (Last AUP) per model, "
+            f"then each student's paired difference from the model it started from; {boot['samples']} bootstrap "
+            f"replicates over runs (seed {boot['seed']}).</p>"
+            + _table(["model", f"Best AUP [{pct} CI]", f"Last AUP [{pct} CI]"], rows))
+
+
 def evaluators_html(results: Path) -> str:
     """The benchmark's evaluator probes (`scores/scores.json`, rule check_benchmark_task): each gameable task
     with the probe that gamed it, beside its AUP contribution (each model's performance ratio)."""
@@ -166,6 +184,7 @@ def summary_html(report: dict, out: Path, sft_stats: dict | None = None, results
         f"<style>{_STYLE}</style></head><body>"
         f"<h2>Funnel</h2>{_table(['stage', 'planned', 'done', 'kept', 'discarded', 'skipped'], funnel)}"
         f"<h2>Discard and failure reasons</h2>{_table(['stage', 'reason', 'items'], reasons)}"
+        f"{aup_html(results) if results else ''}"
         f"{audit_html(sft_stats)}"
         f"{evaluators_html(results) if results else ''}"
         f"{rl_html(results) if results else ''}"

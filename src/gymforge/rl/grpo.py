@@ -1,6 +1,6 @@
 """A compact GRPO trainer for multi-turn agent episodes.
 
-Why not TRL's `GRPOTrainer` (trl 1.16, the pinned version): it generates the completions itself (its own
+Why not TRL's `GRPOTrainer` (trl 1.16.0, pinned in requirements.lock): it generates the completions itself (its own
 vLLM or transformers generation) and scores one prompt -> completion pair per sample. Its two multi-turn
 hooks do not fit our episodes: `environment_factory` drives tool calls through the chat template's
 tool-calling format (our agent acts through fenced text commands, MLGym's interface, in our sandboxes),

@@ -10,12 +10,14 @@ changes none of them.
            + sum of the milestone credits reached
            + no_submission_penalty                                                            (no valid submission)
 
-- `score` is the priority metric of the final submission (the last score entry: MLGym's Best Submission);
+- `score` is the priority metric of the final submission (the last score entry unless the final evaluation
+  failed, `gymforge.core.records.final_submission`: MLGym's Best Submission);
   `direction` is +1 when higher is better, -1 when lower is better; `scale` is `max(|baseline|,
   scale_floor)`, so a relative improvement of 10% weighs the same on an accuracy task and a loss task.
-- Milestones (the paper's "+0.1 per milestone", `milestone_*` weights): `ran_code` (a command that ran
-  python exited 0 in the sandbox), `artefact` (the evaluation found the submission artefact: a score
-  entry, or an evaluation that failed only on its format), `evaluated` (the evaluation produced a valid
+- Milestones (the paper's "+0.1 per milestone"; weights `rl.reward.milestone_<name>`, read as the dict
+  `RewardConfig.milestones`): `ran_code` (a command that ran python exited 0 in the sandbox:
+  `gymforge.agent.tools.is_training_command`), `artefact` (the evaluation found the submission artefact: a
+  score entry, or an evaluation that failed only on its format), `evaluated` (the evaluation produced a valid
   numeric metric), `beat_baseline` (the final submission is strictly better than the baseline).
 - An episode without a valid final submission gets `no_submission_penalty` (the paper: a large failure
   penalty) and no improvement term.
@@ -28,30 +30,22 @@ changes none of them.
 
 from __future__ import annotations
 
-import math
 import re
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
-from typing import Any, Protocol
+from typing import Any
 
 from gymforge.agent.audit import ATTEMPT_CODES
+from gymforge.agent.tools import is_training_command
+from gymforge.core.config import RewardConfig
+from gymforge.core.metrics import valid_metric, valid_metrics
+from gymforge.core.records import Exit, ExitStatus, final_submission
 
-_PYTHON = re.compile(r"\b(python3?|torchrun|accelerate|deepspeed)\b")
 _LOWER = re.compile(r"\b(lower|smaller|less)\s+is\s+better\b|\bminimi[sz]e\b", re.I)
 _HIGHER = re.compile(r"\b(higher|larger|greater|more)\s+is\s+better\b|\bmaximi[sz]e\b", re.I)
 # metric names that are minimised when a task says nothing about its direction
 _LOWER_NAMES = re.compile(r"(loss|error|rmse|mse|mae|mape|logloss|perplexity|time|regret|distance|wer|cer|cost|"
                           r"makespan|tour|latency|gap|violation|colou?rs|bins)", re.I)
-
-
-class RewardWeights(Protocol):
-    improvement_weight: float
-    improvement_clip: float
-    scale_floor: float
-    milestone_ran_code: float
-    milestone_artefact: float
-    milestone_evaluated: float
-    milestone_beat_baseline: float
-    no_submission_penalty: float
 
 
 @dataclass(frozen=True)
@@ -116,17 +110,11 @@ def metric_direction(metric_text: str) -> tuple[str, bool]:
     return name, not _LOWER_NAMES.search(name)
 
 
-def _number(value: Any) -> float | None:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
-        return None
-    return float(value)
-
-
-def _value(entry: dict[str, Any], metric: str) -> float | None:
+def _value(entry: Mapping[str, Any], metric: str) -> float | None:
     """The priority metric of a score entry; a task whose entries name it differently uses its only metric."""
     if metric in entry:
-        return _number(entry[metric])
-    numbers = [v for v in map(_number, entry.values()) if v is not None]
+        return valid_metric(entry[metric])
+    numbers = list(valid_metrics(entry).values())
     return numbers[0] if len(numbers) == 1 else None
 
 
@@ -138,26 +126,24 @@ def improvement(score: float, task: TaskMetric, scale_floor: float) -> float:
     return direction * (score - task.baseline) / max(abs(task.baseline), scale_floor)
 
 
-def penalized(episode: Episode, weights: Any) -> bool:
+def penalized(episode: Episode, weights: RewardConfig) -> bool:
     """Whether the episode's flags cost it its reward: any flag, but `eval_edit_rejected` alone when the policy
     (`weights.eval_edit_rejected`) is `ignore`."""
     if not episode.flagged:
         return False
-    tolerated = set(ATTEMPT_CODES) if getattr(weights, "eval_edit_rejected", "penalize") == "ignore" else set()
+    tolerated = set(ATTEMPT_CODES) if weights.eval_edit_rejected == "ignore" else set()
     return not (episode.flags and set(episode.flags) <= tolerated)
 
 
-def episode_reward(episode: Episode, task: TaskMetric, weights: RewardWeights) -> Reward:
-    status = episode.exit_status or ""
-    final = episode.scores[-1] if episode.scores and not status.startswith(
-        ("submission_not_found", "evaluation_format_error")) else None
+def episode_reward(episode: Episode, task: TaskMetric, weights: RewardConfig) -> Reward:
+    ended = Exit.parse(episode.exit_status)
+    final = final_submission(episode.scores, episode.exit_status)
     score = _value(final, task.metric) if final is not None else None
     valid = score is not None
-    evaluated = any(_value(e, task.metric) is not None for e in episode.scores)
     milestones = {
-        "ran_code": any(code == 0 and _PYTHON.search(action) for action, code in episode.exit_codes),
-        "artefact": bool(episode.scores) or status.startswith("evaluation_format_error"),
-        "evaluated": evaluated,
+        "ran_code": any(code == 0 and is_training_command(action) for action, code in episode.exit_codes),
+        "artefact": bool(episode.scores) or ended.code == ExitStatus.EVALUATION_FORMAT_ERROR,
+        "evaluated": any(_value(e, task.metric) is not None for e in episode.scores),
         "beat_baseline": valid and improvement(score, task, weights.scale_floor) > 0,  # type: ignore[arg-type]
     }
     if penalized(episode, weights):
@@ -166,6 +152,6 @@ def episode_reward(episode: Episode, task: TaskMetric, weights: RewardWeights) -
     if valid:
         raw = improvement(score, task, weights.scale_floor)  # type: ignore[arg-type]
         gain = max(-weights.improvement_clip, min(weights.improvement_clip, raw))
-    credit = sum(getattr(weights, f"milestone_{name}") for name, hit in milestones.items() if hit)
+    credit = sum(weights.milestones[name] for name, hit in milestones.items() if hit)
     total = weights.improvement_weight * gain + credit + (0.0 if valid else weights.no_submission_penalty)
     return Reward(round(total, 6), valid, score, gain, milestones, False)

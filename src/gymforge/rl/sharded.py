@@ -48,7 +48,7 @@ Backends (`rl.strategy`, the accelerate config files SFT uses):
   not exercised by the test suite (no deepspeed, no GPU there);
 - `ddp`: torch DDP (every GPU holds the whole model: small students only).
 
-Why not TRL's `GRPOTrainer` (trl 1.16.0, installed): its `rollout_func` is called by the trainer inside its own
+Why not TRL's `GRPOTrainer` (trl 1.16.0, as locked): its `rollout_func` is called by the trainer inside its own
 generation step with prompts from its dataset, and must return one prompt/completion token sequence per sample for
 a fixed `num_generations` per prompt; advantages are then normalised over those groups. Our samples are per action
 (one request and reply, many per episode, a varying number per episode) with the episode's group advantage and a

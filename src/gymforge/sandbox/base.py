@@ -18,6 +18,8 @@ from typing import Any, Protocol
 
 from pydantic import BaseModel, Field, field_validator
 
+from gymforge.core.config import SandboxConfig
+
 from . import beneath
 
 DEFAULT_MAX_OUTPUT = 100_000
@@ -30,15 +32,23 @@ class SandboxError(RuntimeError):
     """The sandbox itself failed (could not start, unavailable confinement, bad mount)."""
 
 
+_CONFIGURED = SandboxConfig()  # the defaults of the limits a config's `sandbox` section sets
+
+
 class Limits(BaseModel):
-    cpu_seconds: int = Field(3600, gt=0, description="CPU time per process (RLIMIT_CPU).")
-    memory_mb: int = Field(2048, description="Memory of the whole sandbox (an episode's cgroup, or the container in "
-                           "docker), and the address space of each process locally.")
-    max_processes: int = Field(256, gt=0, description="Tasks (processes and threads) the sandbox may run at once.")
+    """What a sandbox allows. The fields named as in `SandboxConfig` are the configured ones (`from_config`), with
+    its defaults; the others are fixed here."""
+
+    cpu_seconds: int = Field(_CONFIGURED.cpu_seconds, gt=0, description="CPU time per process (RLIMIT_CPU).")
+    memory_mb: int = Field(_CONFIGURED.memory_mb, description="Memory of the whole sandbox (an episode's cgroup, or "
+                           "the container in docker), and the address space of each process locally.")
+    max_processes: int = Field(_CONFIGURED.max_processes, gt=0,
+                               description="Tasks (processes and threads) the sandbox may run at once.")
     max_file_mb: int = Field(1024, gt=0, description="Largest file a process may write (RLIMIT_FSIZE).")
-    tmp_mb: int = Field(512, gt=0, description="Size of the private /tmp (a tmpfs: it counts towards memory).")
-    disk_mb: int = Field(8192, gt=0, description="Total size of the workspace; a command that grows it past this "
-                         "is stopped.")
+    tmp_mb: int = Field(_CONFIGURED.tmp_mb, gt=0,
+                        description="Size of the private /tmp (a tmpfs: it counts towards memory).")
+    disk_mb: int = Field(_CONFIGURED.disk_mb, gt=0, description="Total size of the workspace; a command that grows "
+                         "it past this is stopped.")
     open_files: int = Field(1024, ge=64, description="Open files per process (RLIMIT_NOFILE); with max_processes "
                             "this bounds the episode's total.")
     network: bool = False
@@ -50,6 +60,11 @@ class Limits(BaseModel):
         if v < 1024:
             raise ValueError(f"memory_mb must be >= 1024, got {v}")
         return v
+
+    @classmethod
+    def from_config(cls, sandbox: SandboxConfig) -> Limits:
+        """The limits a config's `sandbox` section sets (every field both models name); the others as defaulted."""
+        return cls(**sandbox.model_dump(include=set(cls.model_fields) & set(SandboxConfig.model_fields)))
 
 
 class Mount(BaseModel):

@@ -27,7 +27,8 @@ from gymforge.core import atomic
 from gymforge.core.config import EndpointConfig, GymforgeConfig, ModelSpec
 from gymforge.core.job import SCRATCH_ENV
 from gymforge.core.progress import Progress
-from gymforge.core.records import EvalRecord, RunSummary, Trajectory, UsageRecord, derive_seed, text_hash
+from gymforge.core.records import (EvalRecord, Exit, RunSummary, Trajectory, UsageRecord, derive_seed, final_submission,
+                                   text_hash)
 from gymforge.core.plan import SERVED_SOURCES, model_spec, run_folder, run_ids, teacher_identity  # noqa: F401  (re-exported)
 from gymforge.benchmark.decontamination import ContaminationError, proposal_extra, run
 from gymforge.benchmark.suite import load_benchmark, require_runnable
@@ -75,13 +76,11 @@ def visible_gpus() -> int:
 
 def summarize(traj: Trajectory, run: int, seed: int, folder: str, wall_s: float) -> RunSummary:
     malformed = sum(len(step.format_errors) for step in traj.trajectory)
-    status = traj.info.exit_status or ""
     return RunSummary(
         run=run, seed=seed, folder=folder, exit_status=traj.info.exit_status, scores=traj.info.score,
         replies=traj.info.model_stats.api_calls, malformed=malformed,
         steps=sum(1 for step in traj.trajectory if not step.action.startswith("exit_")),
-        valid_submission=bool(traj.info.score) and not status.startswith(("submission_not_found",
-                                                                          "evaluation_format_error")),
+        valid_submission=final_submission(traj.info.score, traj.info.exit_status) is not None,
         wall_s=round(wall_s, 3))
 
 
@@ -171,7 +170,7 @@ async def _run_all(cfg: GymforgeConfig, episodes: Any, llm: Any, spec: ModelSpec
                 progress.advance(detail=f"run {k} crashed")
                 return
         status = traj.info.exit_status or ""
-        if status.endswith(("(api)", "(cost)")):
+        if Exit.parse(status).transient:
             failures.append(f"run {k}: {status}: {traj.info.exit_detail or 'endpoint or budget failure'}")
             progress.advance(detail=f"run {k}: {status} (will be retried)")
             return

@@ -1,4 +1,5 @@
-"""Stage 3.9: on-policy RL of the SFT student on (micro-scale) verified tasks; rule `train_rl`, target `rl`.
+"""Stage 3.9: on-policy RL of the SFT student on (micro-scale) verified tasks; rule `train_rl`, target `rl` (whose
+rule `rl_plot`, step `rl-plot`, draws the reward curve for `snakemake --report`).
 
 `train_rl` (the rule's step; `run_rl` with loaded tasks) runs `rl.iterations` iterations of:
 
@@ -47,6 +48,7 @@ from gymforge.core.records import derive_seed, text_hash
 from gymforge.rl.rewards import Episode, episode_reward
 from gymforge.llm.client import LLMClient
 from gymforge.llm.serving import open_endpoint
+from gymforge.report.rl_plots import plot_curve
 from gymforge.rl import frontier, grpo
 from gymforge.rl.memory import GiB, advice, params_of, rl_update_memory
 from gymforge.rl import sharded as sharded_update
@@ -403,3 +405,11 @@ def train_rl(cfg: GymforgeConfig, sft: Path, slots: list[str], reports: list[Pat
             f"{curve.get('first_quarter_mean_reward')} -> last quarter {curve.get('last_quarter_mean_reward')}; "
             f"{curve.get('groups_dropped_zero_variance', 0)} zero-variance groups dropped, "
             f"{curve.get('updates_skipped', 0)} updates skipped")
+
+
+def rl_plot(curve: Path, png_out: Path) -> str:
+    """The reward curve (`curve.json` of train_rl) as a figure for the report: mean reward and valid share per
+    iteration."""
+    plot_curve(Path(curve), Path(png_out))
+    rows = json.loads(Path(curve).read_text()).get("iterations", [])
+    return f"{png_out}: reward curve of {len(rows)} iterations"

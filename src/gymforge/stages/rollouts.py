@@ -33,6 +33,7 @@ from gymforge.core import atomic
 from gymforge.core.config import GymforgeConfig
 from gymforge.core.progress import Progress
 from gymforge.core.records import (
+    Exit,
     RolloutRecord,
     SandboxRef,
     ShardRecord,
@@ -47,9 +48,6 @@ from gymforge.llm.client import make_client
 from gymforge.tasks.episode import EpisodeRunner
 
 log = logging.getLogger("gymforge.rollouts")
-
-TRANSIENT_EXITS = ("(api)", "(cost)")
-
 
 # ---- the plan ---------------------------------------------------------------------------------------
 
@@ -171,7 +169,7 @@ class _ShardRunner:
                     progress.advance(detail=f"rollout {index} crashed")
                     return
             status = rec.trajectory.info.exit_status or ""
-            if status.endswith(TRANSIENT_EXITS):
+            if Exit.parse(status).transient:
                 failures.append(f"rollout {index}: {status}: {rec.trajectory.info.exit_detail or 'transient failure'}")
                 progress.advance(detail=f"rollout {index}: {status} (will be retried)")
                 return

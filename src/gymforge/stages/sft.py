@@ -28,7 +28,8 @@ requests costs O(turns^2) tokens of tokenization). `gymforge.agent.trajectory` b
 rebuilds every request a trajectory sent (`requests_of`, which the tests compare with the endpoint's log);
 `gymforge.agent.sources` reads the candidates.
 
-Filters, in order; a rejected trajectory is counted under the first it fails:
+Filters, in order (`FILTERS`, applied by `reject_reason`); a rejected trajectory is counted under the first it
+fails:
 0. `flagged`: a suspicious-action flag (gymforge.agent.audit: answers or evaluation paths touched, a
    symlink out of the workspace, /proc of another process, a stdlib-named module written), when
    `filter.exclude_flagged` (the default); every flag is counted in `stats["audit"]` either way. A
@@ -52,22 +53,23 @@ import shutil
 import statistics
 import tempfile
 from collections import Counter, defaultdict
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterable, Iterator
+from typing import Any, Callable, Iterable, Iterator
 
 from pydantic import BaseModel, Field
 
 from gymforge.agent.audit import ATTEMPT_CODES
-from gymforge.agent.sources import Candidate, import_candidates, shard_candidates, valid_score
+from gymforge.agent.sources import Candidate, import_candidates, shard_candidates
 from gymforge.agent.trajectory import KEEP_OBSERVATIONS
 from gymforge.core import atomic
-from gymforge.core.config import GymforgeConfig
+from gymforge.core.config import FilterConfig, GymforgeConfig
+from gymforge.core.metrics import has_valid_metric, last_score
 from gymforge.core.records import Example, Trajectory
 from gymforge.hub.data import quiet_datasets
 from gymforge.student.masks import tokenize_turns
 from gymforge.student.tokenizer import build_tokenizer, count_chat_tokens, load_tokenizer
 
-REASONS = ("flagged", "no_successful_submission", "no_assistant_turn", "too_long", "duplicate", "over_task_cap")
 SUCCESS_RULE = "at least one score entry (validate, submit or auto-submission) with a finite numeric metric"
 UNITS = ("conversation", "request")
 UNIT_RULES = {
@@ -83,20 +85,100 @@ UNIT_RULES = {
 # ---- per trajectory ---------------------------------------------------------------------------------
 
 
-def excluding_flags(flags: Iterable[str], cfg: GymforgeConfig) -> list[str]:
+def excluding_flags(flags: Iterable[str], cfg: FilterConfig) -> list[str]:
     """The flag codes that drop a trajectory under `filter.exclude_flagged`: all of them, but
     `eval_edit_rejected` while `filter.keep_eval_edit_rejected`."""
-    kept = ATTEMPT_CODES if cfg.filter.keep_eval_edit_rejected else frozenset()
+    kept = ATTEMPT_CODES if cfg.keep_eval_edit_rejected else frozenset()
     return [f for f in flags if f not in kept]
 
 
 def is_successful(traj: Trajectory) -> bool:
     """At least one successful submission: a score entry with a valid metric."""
-    return any(valid_score(entry) for entry in traj.info.score)
+    return any(has_valid_metric(entry) for entry in traj.info.score)
 
 
 def messages_hash(messages: list[dict[str, str]]) -> str:
     return hashlib.sha256(json.dumps(messages, sort_keys=True, ensure_ascii=False).encode()).hexdigest()
+
+
+# ---- the filters ----------------------------------------------------------------------------------
+
+
+@dataclass
+class Kept:
+    """What the filters kept so far, which the `duplicate` and `over_task_cap` filters compare against."""
+
+    digests: set[str] = field(default_factory=set)  # `messages_hash` of every kept trajectory
+    per_slot: Counter[str] = field(default_factory=Counter)  # kept trajectories per slot
+
+    def add(self, c: Candidate) -> None:
+        self.digests.add(messages_hash(c.messages or []))
+        self.per_slot[c.slot] += 1
+
+
+# The filters, in order (module docstring): a reason and whether it rejects the candidate, given its student tokens
+# (None: no messages), what was kept before it and the `filter` section. A new filter is one more line here.
+FILTERS: tuple[tuple[str, Callable[[Candidate, int | None, Kept, FilterConfig], bool]], ...] = (
+    ("flagged", lambda c, tokens, kept, f: f.exclude_flagged and bool(excluding_flags(c.flags, f))),
+    ("no_successful_submission", lambda c, tokens, kept, f: not c.successful),
+    ("no_assistant_turn", lambda c, tokens, kept, f: c.messages is None),
+    ("too_long", lambda c, tokens, kept, f: tokens is not None and tokens > f.max_tokens),
+    ("duplicate", lambda c, tokens, kept, f: messages_hash(c.messages or []) in kept.digests),
+    ("over_task_cap", lambda c, tokens, kept, f: f.max_per_task is not None and kept.per_slot[c.slot] >= f.max_per_task),
+)
+REASONS = tuple(reason for reason, _rejects in FILTERS)
+
+
+def reject_reason(c: Candidate, tokens: int | None, kept: Kept, cfg: FilterConfig) -> str | None:
+    """The first filter that rejects `c` (its reason), None when it is kept; `kept` is read, never changed."""
+    return next((reason for reason, rejects in FILTERS if rejects(c, tokens, kept, cfg)), None)
+
+
+class FilterStats:
+    """The counts of the filtered candidates that `sft/stats.json` reports: per reason, task (slot), source, exit
+    status and teacher, the audit's flags, and the lengths of all and of the kept trajectories."""
+
+    def __init__(self) -> None:
+        self.tasks: dict[str, dict[str, Any]] = {}
+        self.sources: dict[str, dict[str, Any]] = {}
+        self.exits: dict[str, Counter[str]] = defaultdict(Counter)
+        self.teachers: Counter[str] = Counter()
+        self.reasons: Counter[str] = Counter()
+        self.flag_codes: Counter[str] = Counter()  # rollouts per flag code
+        self.flagged: list[str] = []  # ids of flagged rollouts
+        self.tokens_all: list[int] = []
+        self.tokens_kept: list[int] = []
+        self.turns_all: list[int] = []
+        self.turns_kept: list[int] = []
+
+    def add(self, c: Candidate, origin: str, tokens: int | None, turns: int, reason: str | None) -> None:
+        """One candidate, its student tokens and assistant turns, and the filters' verdict (None: kept)."""
+        task = self.tasks.setdefault(c.slot, {"task_id": c.task, "rollouts": 0, "kept": 0, "discarded": Counter()})
+        src = self.sources.setdefault(origin, {"rollouts": 0, "kept": 0, "discarded": Counter()})
+        self.teachers[c.teacher] += 1
+        self.flag_codes.update(c.flags)
+        if c.flags:
+            self.flagged.append(c.id)
+        self.exits[c.exit_status]["total"] += 1
+        if c.messages:
+            self.tokens_all.append(tokens or 0)
+            self.turns_all.append(turns)
+        for group in (task, src):
+            group["rollouts"] += 1
+            if reason is None:
+                group["kept"] += 1
+            else:
+                group["discarded"][reason] += 1
+        if reason is None:
+            self.exits[c.exit_status]["kept"] += 1
+            self.tokens_kept.append(tokens or 0)
+            self.turns_kept.append(turns)
+        else:
+            self.reasons[reason] += 1
+
+    @property
+    def longest_kept(self) -> int | None:
+        return max(self.tokens_kept, default=None)
 
 
 def resolve_unit(configured: str, max_length: int, longest_kept: int | None) -> str:
@@ -222,20 +304,8 @@ def filter_examples(cfg: GymforgeConfig, candidates: Iterable[Candidate], tokeni
     student = repr(cfg.train.student)
     # the request unit costs O(turns^2) tokens to count: skipped when `conversation` is asked for explicitly
     counters = {u: UnitCounter(max_length) for u in UNITS if u == "conversation" or configured != "conversation"}
-    seen: set[str] = set()
-    per_task_kept: Counter[str] = Counter()
-    tasks: dict[str, dict[str, Any]] = {}
-    sources: dict[str, dict[str, Any]] = {}
-    exits: dict[str, Counter[str]] = defaultdict(Counter)
-    teachers: Counter[str] = Counter()
-    reasons: Counter[str] = Counter()
-    tokens_all: list[int] = []
-    tokens_kept: list[int] = []
-    turns_all: list[int] = []
-    turns_kept: list[int] = []
-    cap = cfg.filter.max_per_task
-    flag_codes: Counter[str] = Counter()  # rollouts per flag code
-    flagged: list[str] = []  # ids of flagged rollouts
+    kept = Kept()
+    counts = FilterStats()
 
     Path(jsonl_out).parent.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(dir=Path(jsonl_out).parent, prefix=".sft-") as tmp, \
@@ -246,49 +316,15 @@ def filter_examples(cfg: GymforgeConfig, candidates: Iterable[Candidate], tokeni
         # auto writes both units and keeps the one it resolves to: the longest kept trajectory is known at the end
         written = {u: files.enter_context(unit_tmp[u].open("w")) for u in UNITS if configured in ("auto", u)}
         for c in candidates:
-            task = tasks.setdefault(c.slot, {"task_id": c.task, "rollouts": 0, "kept": 0, "discarded": Counter()})
             origin = str(c.source.get("origin", "rollouts"))
-            src = sources.setdefault(origin, {"rollouts": 0, "kept": 0, "discarded": Counter()})
-            task["rollouts"] += 1
-            src["rollouts"] += 1
             messages = c.messages
             turns = sum(m["role"] == "assistant" for m in messages or [])
             tokens = count_chat_tokens(tokenizer, messages) if messages else None
-            teachers[c.teacher] += 1
-            reason = None
-            flag_codes.update(c.flags)
-            if c.flags:
-                flagged.append(c.id)
-            if cfg.filter.exclude_flagged and excluding_flags(c.flags, cfg):
-                reason = "flagged"
-            elif not c.successful:
-                reason = "no_successful_submission"
-            elif messages is None:
-                reason = "no_assistant_turn"
-            elif tokens is not None and tokens > cfg.filter.max_tokens:
-                reason = "too_long"
-            else:
-                digest = messages_hash(messages)
-                if digest in seen:
-                    reason = "duplicate"
-                elif cap is not None and per_task_kept[c.slot] >= cap:
-                    reason = "over_task_cap"
-                else:
-                    seen.add(digest)
-                    per_task_kept[c.slot] += 1
-            last = c.scores[-1] if c.scores else {}
-            score = last.get(c.metric) if c.metric else None
-            score = float(score) if valid_score({"v": score}) else None
-            exits[c.exit_status]["total"] += 1
-            if messages:
-                tokens_all.append(tokens or 0)
-                turns_all.append(turns)
+            reason = reject_reason(c, tokens, kept, cfg.filter)
+            counts.add(c, origin, tokens, turns, reason)
+            score = last_score(c.scores, c.metric)
             if reason is None:
-                exits[c.exit_status]["kept"] += 1
-                task["kept"] += 1
-                src["kept"] += 1
-                tokens_kept.append(tokens or 0)
-                turns_kept.append(turns)
+                kept.add(c)
                 row = dict(slot=c.slot, task=c.task, rollout=c.rollout, seed=c.seed, teacher=c.teacher,
                            exit_status=c.exit_status, metric=c.metric, score=score, scores=json.dumps(c.scores),
                            source=json.dumps(c.source, sort_keys=True))
@@ -306,25 +342,20 @@ def filter_examples(cfg: GymforgeConfig, candidates: Iterable[Candidate], tokeni
                                           turns=sum(m["role"] == "assistant" for m in chat), unit="request",
                                           reply=k, **row)
                         written["request"].write(example.model_dump_json() + "\n")
-            else:
-                reasons[reason] += 1
-                task["discarded"][reason] += 1
-                src["discarded"][reason] += 1
             summaries.write(RolloutSummary(
                 id=c.id, slot=c.slot, task=c.task, rollout=c.rollout, seed=c.seed, exit_status=c.exit_status,
                 steps=c.steps, turns=turns, tokens=tokens, successful=c.successful, kept=reason is None,
                 reason=reason, score=score, flags=c.flags, source=origin).model_dump_json() + "\n")
         files.close()
-        planned = sum(t["rollouts"] for t in tasks.values())
-        resolved = resolve_unit(configured, max_length, max(tokens_kept, default=None))
+        resolved = resolve_unit(configured, max_length, counts.longest_kept)
         _write_dataset(unit_tmp[resolved], dataset_out)
         atomic.write_bytes(jsonl_out, unit_tmp[resolved].read_bytes())
         atomic.write_bytes(rollouts_out, summary_tmp.read_bytes())
 
-    kept = sum(t["kept"] for t in tasks.values())
+    tasks, sources = counts.tasks, counts.sources
     stats = {
         "config_hash": config_hash(cfg),
-        "teacher": dict(teachers),
+        "teacher": dict(counts.teachers),
         "student": cfg.train.student,
         "tokenizer": str(tokenizer_dir),
         "filters": {"success": SUCCESS_RULE, "max_tokens": cfg.filter.max_tokens,
@@ -336,27 +367,27 @@ def filter_examples(cfg: GymforgeConfig, candidates: Iterable[Candidate], tokeni
         "example_unit": resolved,
         "example": UNIT_RULES[resolved],
         "unit_choice": {"configured": configured, "max_length": max_length,
-                        "longest_kept": max(tokens_kept, default=None),
+                        "longest_kept": counts.longest_kept,
                         "rule": "auto: request when train.max_length < the longest kept trajectory, else conversation"},
         "examples": counters[resolved].counts["examples"],
         "units": {u: counter.summary() for u, counter in counters.items()},
         "per_task_planned": cfg.trajectories.per_task,
-        "rollouts": planned,
-        "kept": kept,
-        "discarded": {r: reasons[r] for r in REASONS if reasons[r]},
+        "rollouts": sum(t["rollouts"] for t in tasks.values()),
+        "kept": sum(t["kept"] for t in tasks.values()),
+        "discarded": {r: counts.reasons[r] for r in REASONS if counts.reasons[r]},
         "sources": {o: {"rollouts": s["rollouts"], "kept": s["kept"],
                         "discarded": {r: s["discarded"][r] for r in REASONS if s["discarded"][r]}}
                     for o, s in sources.items()},
         "tasks": len(tasks),
         "tasks_with_kept": sum(1 for t in tasks.values() if t["kept"]),
-        "exit_status": {k: dict(v) for k, v in sorted(exits.items())},
+        "exit_status": {k: dict(v) for k, v in sorted(counts.exits.items())},
         "per_task": {slot: {"task_id": t["task_id"], "rollouts": t["rollouts"], "kept": t["kept"],
                             "discarded": dict(sorted(t["discarded"].items()))} for slot, t in sorted(tasks.items())},
-        "audit": {"flagged_rollouts": len(flagged), "excluded": cfg.filter.exclude_flagged,
+        "audit": {"flagged_rollouts": len(counts.flagged), "excluded": cfg.filter.exclude_flagged,
                   "kept_codes": sorted(ATTEMPT_CODES) if cfg.filter.keep_eval_edit_rejected else [],
-                  "by_code": dict(sorted(flag_codes.items())), "rollouts": flagged},
-        "tokens": {"all": _summary(tokens_all), "kept": _summary(tokens_kept)},
-        "turns": {"all": _summary(turns_all), "kept": _summary(turns_kept)},
+                  "by_code": dict(sorted(counts.flag_codes.items())), "rollouts": counts.flagged},
+        "tokens": {"all": _summary(counts.tokens_all), "kept": _summary(counts.tokens_kept)},
+        "turns": {"all": _summary(counts.turns_all), "kept": _summary(counts.turns_kept)},
     }
     atomic.write_json(stats_out, stats)
     return stats

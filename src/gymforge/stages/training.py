@@ -1,8 +1,8 @@
 """Stage 3.7: supervised fine-tuning of the student on the SFT dataset with TRL.
 
-`train(cfg, dataset_dir, base, tokenizer_dir, out)` runs `trl.SFTTrainer` on the chat-format dataset
-(`results/sft/dataset`, its `messages` column) and writes one checkpoint folder
-(`results/checkpoints/<train.name>/`):
+`train_student(cfg, dataset, base, tokenizer, out)` (the step of rule `train_student`, `gymforge train-student`) runs
+`trl.SFTTrainer` on the chat-format dataset (`results/sft/dataset`, its `messages` column) and writes one checkpoint
+folder (`results/checkpoints/<train.name>/`):
 
     config.json, model.safetensors, generation_config.json   the trained (LoRA: merged) model, no peft needed
     tokenizer files + chat_template.jinja                     the student's tokenizer and inference template
@@ -43,7 +43,7 @@ Contracts:
   leaves at most that hidden folder, which the next run removes.
 - Multi-GPU (`train.gpus > 1`): `launch_command` wraps the same CLI in `accelerate launch` with
   `gymforge/core/accelerate/<strategy>.yaml` (ddp, fsdp: FSDP2 full shard wrapping `Qwen3DecoderLayer`,
-  deepspeed: ZeRO-3). Every rank runs `train`; only the main process writes files. LoRA adapters are
+  deepspeed: ZeRO-3). Every rank runs `train_student`; only the main process writes files. LoRA adapters are
   gathered, then merged into the base by the main process in a clean subprocess (no distributed state).
 """
 

@@ -15,12 +15,10 @@ listed in `starter_code`, so under MLGym (no variable) an evaluation script fall
 from __future__ import annotations
 
 import json
-import math
 import os
 import re
 import shutil
 import stat
-import subprocess
 import threading
 import time
 from pathlib import Path, PurePosixPath
@@ -29,6 +27,8 @@ from typing import Any
 from pydantic import BaseModel
 
 from gymforge.core import atomic
+from gymforge.core.gpus import gpu_count
+from gymforge.core.metrics import valid_metric
 from gymforge.agent.errors import EvaluationFormatError, SubmissionNotFound
 from gymforge.tasks.mlgym import (
     DatasetConfig,
@@ -85,23 +85,6 @@ class BaselineReport(BaseModel):
     install_s: float | None = None
 
 
-def detect_gpus() -> int:
-    """GPUs on this host: `nvidia-smi -L`, else torch.cuda (e.g. a container without the tool)."""
-    try:
-        out = subprocess.run(["nvidia-smi", "-L"], capture_output=True, text=True, timeout=30)
-        if out.returncode == 0:
-            return sum(line.startswith("GPU ") for line in out.stdout.splitlines())
-    except (OSError, subprocess.TimeoutExpired):
-        pass
-    if not Path("/proc/driver/nvidia").exists():
-        return 0  # no driver: spare the seconds an import of torch takes
-    try:
-        import torch
-    except ImportError:
-        return 0
-    return torch.cuda.device_count()
-
-
 def default_root(task_yaml: Path) -> Path:
     """The MLGym root holding `configs/tasks/<id>.yaml`."""
     path = Path(task_yaml).resolve()
@@ -113,10 +96,6 @@ def default_root(task_yaml: Path) -> Path:
 def _excerpt(text: str) -> str:
     text = text.strip()
     return text if len(text) <= _EXCERPT_CHARS else "[...]\n" + text[-_EXCERPT_CHARS:]
-
-
-def _is_number(value: Any) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
 
 
 def _json_objects(text: str) -> list[dict[str, Any]]:
@@ -157,9 +136,9 @@ def parse_metrics(output: str) -> dict[str, float]:
             "the evaluation printed no JSON object of metrics (expected a line like {\"accuracy\": 0.9}); "
             f"its output:\n{_excerpt(output)}"
         )
-    metrics = [c for c in candidates if c and all(_is_number(v) for v in c.values())]
+    metrics = [c for c in candidates if c and all(valid_metric(v) is not None for v in c.values())]
     if not metrics:
-        bad = {k: v for c in candidates for k, v in c.items() if not _is_number(v)}
+        bad = {k: v for c in candidates for k, v in c.items() if valid_metric(v) is None}
         what = f"non-numeric values {json.dumps(bad, default=str)[:500]}" if bad else "no metrics ({})"
         raise EvaluationFormatError(f"the evaluation's JSON has {what}; every metric must be a finite number")
     distinct = {json.dumps(m, sort_keys=True) for m in metrics}
@@ -224,7 +203,7 @@ class TaskEnvironment:
     `hidden_columns` (split -> columns) applies to the first local dataset (the one at `data/`, a
     Hugging Face dataset saved with `save_to_disk`): the columns are removed from the agent's copy of that
     split and written, with `id` = row position, to `answers.csv` among the secrets.
-    `gpus` is the count torchrun gets for LM tasks (None: detect); the backend must expose them.
+    `gpus` is the count torchrun gets for LM tasks (None: `gymforge.core.gpus.gpu_count`); the backend must expose them.
     `dataset_cache` is the root of the host's dataset cache (`gymforge.stages.datasets`): datasets the task loads
     from the hub by id (not `is_local`) must be fetched there, and every run sees them read-only, offline.
     """
@@ -282,7 +261,7 @@ class TaskEnvironment:
     @property
     def gpus(self) -> int:
         if self._gpus is None:
-            self._gpus = detect_gpus()
+            self._gpus = gpu_count()
         return self._gpus
 
     @property

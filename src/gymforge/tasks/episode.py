@@ -32,11 +32,6 @@ def sandbox_for(cfg: GymforgeConfig, gpus: int) -> SandboxBackend:
                        **({"gpus": True} if gpus else {}))
 
 
-def limits_of(cfg: GymforgeConfig) -> Limits:
-    return Limits(memory_mb=cfg.sandbox.memory_mb, cpu_seconds=cfg.sandbox.cpu_seconds,
-                  max_processes=cfg.sandbox.max_processes, tmp_mb=cfg.sandbox.tmp_mb, disk_mb=cfg.sandbox.disk_mb)
-
-
 class EpisodeRunner:
     """Runs episodes of tasks concurrently; installs are serialized because `datasets` (hidden columns) is
     not thread-safe (its tqdm thread_map lock races between threads)."""
@@ -49,7 +44,7 @@ class EpisodeRunner:
     @classmethod
     def for_config(cls, cfg: GymforgeConfig, gpus: int) -> EpisodeRunner:
         """The configured sandbox backend and limits; `gpus`: what the job declared (its episodes share them)."""
-        return cls(sandbox_for(cfg, gpus), limits_of(cfg), cache_root(cfg))
+        return cls(sandbox_for(cfg, gpus), Limits.from_config(cfg.sandbox), cache_root(cfg))
 
     def environment(self, task_yaml: Path, *, root: Path, run_dir: Path,
                     hidden_columns: dict[str, list[str]] | None = None) -> TaskEnvironment:

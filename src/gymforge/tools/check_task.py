@@ -15,13 +15,13 @@ from pathlib import Path
 from typing import Any
 
 from gymforge.core import atomic
-from gymforge.core.config import GymforgeConfig, load_config
+from gymforge.core.config import GymforgeConfig, config_or_defaults
+from gymforge.core.gpus import gpu_count
 from gymforge.core.records import CheckReport, VerificationReport, derive_seed
 from gymforge.rl.rewards import metric_direction, stated_direction
 from gymforge.sandbox import Limits
-from gymforge.tasks.environment import detect_gpus
 from gymforge.tasks.datacache import cache_root
-from gymforge.tasks.episode import EpisodeRunner, limits_of, sandbox_for
+from gymforge.tasks.episode import EpisodeRunner, sandbox_for
 from gymforge.tasks.mlgym import BENCHMARK_TASKS, load_task_config
 from gymforge.tasks.probes import CheckError, measure_baseline, probe_environment
 from gymforge.benchmark.suite import BUILTIN
@@ -56,10 +56,10 @@ def check_task(task_yaml: Path, root: Path | None = None, out: Path = Path("chec
     base = cfg or GymforgeConfig()
     if sandbox is not None:
         base = base.model_copy(update={"sandbox": base.sandbox.model_copy(update={"backend": sandbox})})
-    gpus = detect_gpus() if gpus is None else gpus
+    gpus = gpu_count() if gpus is None else gpus
     if limits is None:
         timeout = load_task_config(task_yaml).effective_training_timeout
-        default = limits_of(base)
+        default = Limits.from_config(base.sandbox)
         limits = default.model_copy(update={"cpu_seconds": max(default.cpu_seconds, timeout * (os.cpu_count() or 1))})
     runner = EpisodeRunner(sandbox_for(base, gpus), limits, dataset_cache, gpus=gpus)
     env = runner.environment(task_yaml, root=root, run_dir=Path(out) / "probe",
@@ -75,7 +75,7 @@ def check_task(task_yaml: Path, root: Path | None = None, out: Path = Path("chec
 def main(args: Any) -> None:
     """`gymforge check-task TASK_YAML [--root R] [--json OUT] [--metric M] [--direction D] [--report R] ...`:
     exits 0 only when no probe scores better than the baseline."""
-    cfg = load_config(args.config) if Path(args.config).is_file() else GymforgeConfig()
+    cfg = config_or_defaults(args.config)
     direction = {"higher": True, "lower": False}.get(args.direction) if args.direction else None
     verified = VerificationReport.model_validate_json(Path(args.report).read_text()) if args.report else None
     metric = args.metric or (verified.metric if verified else None)

@@ -689,5 +689,6 @@ def main(args: Any) -> None:
     elif args.results and not args.defaults:
         print(f"gymforge estimate: {results} holds no finished run; using the default constants", file=sys.stderr)
     report = estimate(cfg, measured)
-    title = " + ".join(args.configfile) if args.configfile else "config.yaml"
+    title = (" + ".join(args.configfile) if args.configfile else
+             "config.yaml" if Path("config.yaml").is_file() else "the built-in defaults (no config.yaml here)")
     print(json.dumps(report, indent=2) if args.json else render(report, title))

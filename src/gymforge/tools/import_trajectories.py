@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any, Iterator
 
 from gymforge.agent.sources import Candidate, import_candidates
-from gymforge.core.config import ConfigError, GymforgeConfig, load_config
+from gymforge.core.config import ConfigError, GymforgeConfig, config_or_defaults
 from gymforge.stages.sft import export_sft, filter_examples
 
 
@@ -34,7 +34,7 @@ def import_trajectories(cfg: GymforgeConfig, sources: list[Path], tokenizer_dir:
 
 def main(args: Any) -> None:
     """`gymforge import-trajectories DIR... --out OUT [--tokenizer DIR]`."""
-    cfg = load_config(args.config)
+    cfg = config_or_defaults(args.config)
     tokenizer = Path(args.tokenizer) if args.tokenizer else cfg.results / "student" / "tokenizer"
     if not tokenizer.is_dir():
         raise ConfigError(f"{tokenizer}: no student tokenizer; build it (snakemake --cores 1 {tokenizer}, or "
@@ -49,6 +49,6 @@ def main(args: Any) -> None:
 
 def export_main(args: Any) -> None:
     """`gymforge export-sft DIR [--results R]`: the SFT dataset as a folder for load_dataset / push_to_hub."""
-    results = Path(args.results) if args.results else load_config(args.config).results
+    results = Path(args.results) if args.results else config_or_defaults(args.config).results
     out = export_sft(results, Path(args.dir))
     print(f"{out}: ready for datasets.load_dataset({str(out)!r}) and push_to_hub (see {out / 'README.md'})")

@@ -27,8 +27,9 @@ import openai
 from gymforge.core import atomic
 from gymforge.agent.loop import Agent, AgentConfig, AgentTask
 from gymforge.agent.trajectory import read_trajectory
-from gymforge.core.config import GymforgeConfig, load_config
-from gymforge.tasks.environment import TaskEnvironment, detect_gpus
+from gymforge.core.config import GymforgeConfig, config_or_defaults
+from gymforge.core.gpus import gpu_count
+from gymforge.tasks.environment import TaskEnvironment
 from gymforge.llm.client import ChatResult, LLMClient, make_client
 from gymforge.tasks.mlgym import load_task_config
 from gymforge.sandbox import Limits
@@ -167,7 +168,7 @@ def run_task(
         raise ValueError("the replay policy needs a replay file (--replay FILE)")
     replies = replay_replies(Path(replay)) if replay is not None else None  # a bad file fails before any install
     out = Path(out)
-    gpus = detect_gpus() if gpus is None else gpus
+    gpus = gpu_count() if gpus is None else gpus
     base = cfg or GymforgeConfig()
     run_cfg = base.model_copy(update={"sandbox": base.sandbox.model_copy(update={"backend": sandbox})})
     if limits is None:
@@ -217,10 +218,10 @@ def run_task(
 
 def main(args: Any) -> None:
     """`gymforge run-task TASK_YAML [--root R] [--policy P | --replay FILE] [--out OUT] ...`."""
-    config = Path(args.config)
-    cfg = load_config(config) if args.policy == "teacher" else None
-    # Hub datasets come from the config's dataset cache; without a config file, from the default one.
-    cache = cache_root(cfg or (load_config(config) if config.is_file() else GymforgeConfig()))
+    # The teacher and the dataset cache come from the config: --config, else ./config.yaml, else the defaults.
+    settings = config_or_defaults(args.config)
+    cfg = settings if args.policy == "teacher" else None
+    cache = cache_root(settings)
     if args.replay and args.policy != "submit-baseline":
         raise SystemExit("gymforge run-task: --replay replaces --policy; give one of them")
     traj = run_task(Path(args.task_yaml), Path(args.root) if args.root else None, args.policy, Path(args.out),

@@ -23,8 +23,10 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
+from pydantic import ValidationError
+
 from gymforge.core import atomic
-from gymforge.core.records import RolloutRecord, ShardRecord, Trajectory, TrajectoryStep
+from gymforge.core.records import RolloutRecord, ShardRecord, Trajectory, TrajectoryStep, final_submission
 from gymforge.core.plan import batch_of_slot
 
 SLOT_RE = re.compile(r"^t\d{4,}$")
@@ -406,7 +408,12 @@ def load_episode(path: Path, rollout: int | None = None) -> tuple[Trajectory, di
         rec = RolloutRecord.model_validate(data)
         return rec.trajectory, {**context, **_rollout_context(rec)}
     if isinstance(data, dict) and "trajectory" in data and "info" in data:
-        return Trajectory.model_validate(data), context
+        try:
+            return Trajectory.model_validate(data), context
+        except ValidationError as err:  # e.g. MLGym's own .traj (no step numbers): gymforge import-trajectories
+            first = err.errors()[0]
+            raise ShowError(f"{path}: not a gymforge trajectory ({'.'.join(map(str, first['loc']))}: {first['msg']}; "
+                            "MLGym's own .traj files are read by gymforge import-trajectories)") from None
     raise ShowError(f"{path}: not a .traj file, a rollout shard, a rollout part or a run folder")
 
 
@@ -434,9 +441,7 @@ def step_scores(traj: Trajectory) -> list[dict[str, float] | None]:
                 except ValueError:
                     pass
         elif (action == "submit" or action.startswith("exit_")) and i == len(traj.trajectory) - 1:
-            status = traj.info.exit_status or ""
-            if traj.info.score and (status == "submitted" or status.startswith("autosubmission")):
-                scores[i] = traj.info.score[-1]
+            scores[i] = final_submission(traj.info.score, traj.info.exit_status)
     return scores
 
 

@@ -127,5 +127,8 @@ def main(args: Any) -> None:
     if args.watch:
         watch(Path(args.results), interval=args.interval, count=args.count)
         return
+    if not Path(args.results).is_dir():  # checked first: reading the LLM ledger would create results/llm/
+        sys.exit(f"gymforge status: {args.results}: no results directory (run the workflow here, or pass "
+                 f"--results DIR)")
     report = collect(Path(args.results))
     print(json.dumps(report, indent=2) if args.json else render_table(report))
