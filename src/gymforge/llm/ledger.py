@@ -148,7 +148,7 @@ class Ledger:
                 return BudgetExceeded(
                     f"LLM budget exhausted (stage {stage}): budget ${budget_usd:.4f}, spent ${spent:.4f}, "
                     f"reserved ${reserved:.4f} by {len(spend['reservations'])} requests in flight, remaining "
-                    f"${max(remaining, 0.0):.4f}; the next request needs about ${needed:.4f}. "
+                    f"${max(remaining, 0.0):.6f}; the next request needs about ${needed:.6f}. "  # 6 places: 4 printed ties
                     "Raise llm.budget_usd to continue")
 
             if estimate > remaining:
