@@ -25,7 +25,7 @@ import json, subprocess, sys
 import jinja2.meta
 import gymforge
 from gymforge.core import prompts
-from gymforge.stages.training import STRATEGY_FILES, accelerate_config
+from gymforge.core.launch import STRATEGY_FILES, accelerate_config
 
 
 class Anything(str):

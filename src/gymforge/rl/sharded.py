@@ -71,18 +71,16 @@ import subprocess
 import sys
 import time
 from dataclasses import dataclass
-from importlib.resources import files
 from pathlib import Path
 from typing import Any, Iterator, Sequence
 
 from gymforge.core import atomic
+from gymforge.core.launch import accelerate_config, venv_script
 from gymforge.rl.grpo import sample_loss, tokenize_sample
 
 log = logging.getLogger("gymforge.rl.sharded")
 
 # SFT's accelerate configs (gymforge/core/accelerate/<strategy>.yaml; `gymforge.stages.training` launches SFT with them)
-ACCELERATE_CONFIGS = Path(str(files("gymforge.core") / "accelerate"))
-
 JOB = "job.json"
 SAMPLES = "samples.pt"
 STATS = "stats.json"
@@ -102,7 +100,7 @@ def launch_command(cfg: Any, job: str | Path, *, port: int | None = None) -> lis
     module = ["-m", "gymforge.rl.sharded", str(job)]
     if rl.gpus <= 1:
         return [sys.executable, *module]
-    cmd = [_venv_script("accelerate"), "launch", "--config_file", str(accelerate_config(rl.strategy)),
+    cmd = [venv_script("accelerate"), "launch", "--config_file", str(accelerate_config(rl.strategy, "rl.strategy")),
            "--num_processes", str(rl.gpus), "--num_machines", "1"]
     if port is not None:
         cmd += ["--main_process_port", str(port)]
@@ -110,19 +108,6 @@ def launch_command(cfg: Any, job: str | Path, *, port: int | None = None) -> lis
         # DeepSpeed clips inside its step; one micro-batch per forward (the worker sets the accumulation boundaries)
         cmd += ["--gradient_clipping", str(rl.max_grad_norm), "--gradient_accumulation_steps", "1"]
     return cmd + module
-
-
-def accelerate_config(strategy: str) -> Path:
-    """The accelerate config file of a strategy, as SFT uses it."""
-    if strategy not in STRATEGIES:
-        raise ValueError(f"rl.strategy: unknown strategy {strategy!r} (one of {list(STRATEGIES)})")
-    return ACCELERATE_CONFIGS / f"{strategy}.yaml"
-
-
-def _venv_script(name: str) -> str:
-    """An executable installed next to this interpreter (the venv's), else the bare name from PATH."""
-    local = Path(sys.executable).parent / name
-    return str(local) if local.exists() else name
 
 
 def checkpoint_files(sft_checkpoint: Path, folder: Path) -> None:

@@ -60,7 +60,6 @@ import subprocess
 import sys
 import time
 import warnings
-from importlib.resources import files
 from pathlib import Path
 from typing import Any, Iterable, Iterator, Sequence
 
@@ -68,6 +67,7 @@ from pydantic import BaseModel, Field
 
 from gymforge.core import atomic
 from gymforge.core.config import GymforgeConfig
+from gymforge.core.launch import accelerate_config, venv_script
 from gymforge.hub.data import quiet_datasets
 from gymforge.student.base import build_base, train_seed
 from gymforge.student.cpu_training import compact_lm_head, cpu_threads, prepare_cpu_process, set_cpu_threads
@@ -76,8 +76,6 @@ from gymforge.student.tokenizer import load_tokenizer
 
 log = logging.getLogger("gymforge.stages.training")
 
-ACCELERATE_CONFIGS = Path(str(files("gymforge.core") / "accelerate"))  # shipped in the package
-STRATEGY_FILES = {"ddp": "ddp.yaml", "fsdp": "fsdp.yaml", "deepspeed": "deepspeed.yaml"}
 REPORT = "train_report.json"
 METRICS = "metrics.jsonl"
 LOSS_PLOT = "loss.png"
@@ -535,22 +533,6 @@ def _train_into(cfg: GymforgeConfig, dataset_dir: str | Path, base: str, tokeniz
 # ---- launching --------------------------------------------------------------------------------------
 
 
-def accelerate_config(strategy: str) -> Path:
-    """The committed accelerate config of a strategy (`gymforge/core/accelerate/<strategy>.yaml`)."""
-    if strategy not in STRATEGY_FILES:
-        raise ValueError(f"train.strategy: unknown strategy {strategy!r} (one of {sorted(STRATEGY_FILES)})")
-    path = ACCELERATE_CONFIGS / STRATEGY_FILES[strategy]
-    if path.is_file():
-        return path
-    raise FileNotFoundError(f"no accelerate config for strategy {strategy!r} in {ACCELERATE_CONFIGS}")
-
-
-def _script(name: str) -> str:
-    """An executable installed next to this interpreter (the venv's), else the bare name from PATH."""
-    local = Path(sys.executable).parent / name
-    return str(local) if local.exists() else name
-
-
 def launch_command(cfg: GymforgeConfig, argv: Sequence[str]) -> list[str]:
     """The command that runs `gymforge train-student <argv>`: plain Python for 0-1 GPU, `accelerate launch` beyond.
 
@@ -560,7 +542,7 @@ def launch_command(cfg: GymforgeConfig, argv: Sequence[str]) -> list[str]:
     gpus = cfg.train.gpus
     if gpus <= 1:
         return [sys.executable, "-m", "gymforge", "train-student", *argv]
-    return [_script("accelerate"), "launch", "--config_file", str(accelerate_config(cfg.train.strategy)),
+    return [venv_script("accelerate"), "launch", "--config_file", str(accelerate_config(cfg.train.strategy)),
             "--num_processes", str(gpus), "-m", "gymforge", "train-student", *argv]
 
 
