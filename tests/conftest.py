@@ -1,5 +1,7 @@
 import os
 
+import pytest
+
 # No test may reach the Hugging Face hub; without these flags huggingface_hub retries for ~20 s.
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
@@ -13,9 +15,8 @@ pytest_plugins = ["loopback", "workflow_runs", "stage_fixtures", "finished_run"]
 SHARED_FIXTURES = ("finished_run", "clean_tasks", "docker_backend", "proposals")
 
 
+@pytest.hookimpl(tryfirst=True)  # before xdist's own hook, which turns the marker into the scheduling group
 def pytest_collection_modifyitems(config, items):
-    import pytest
-
     for item in items:
         names = getattr(item, "fixturenames", ())
         shared = next((name for name in SHARED_FIXTURES if name in names), None)
