@@ -62,3 +62,7 @@ rule all:
         rules.checkpoints.input,
         rules.scores.input,
         rules.rl_plot.output if RL_EVALUATED else [],
+
+
+# Every rule is known now: hand each job the config sections its rule declares (rules/common.smk).
+declare_reads()

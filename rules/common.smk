@@ -5,7 +5,7 @@ import shlex
 from pathlib import Path
 import sys
 
-from gymforge.core import atomic
+from gymforge.core import atomic, configview
 from gymforge.benchmark.suite import load_benchmark
 from gymforge.tasks.datacache import (
     KEY_PATTERN,
@@ -59,6 +59,14 @@ CONFIG_JSON = _resolved_config_path()
 os.environ.update(GYMFORGE_CONFIG=CONFIG_JSON)
 
 
+def declare_reads():
+    """Every rule's declared config sections (the `reads` of its `CFG.digest(...)` params), written once all rules
+    are parsed (end of the Snakefile) and handed to the jobs like the config ($GYMFORGE_READS): a step run by rule
+    `x_y` reads only those sections of the config, any other read fails the job (gymforge.core.configview)."""
+    rules = {r.name: (os.path.relpath(r.snakefile, workflow.basedir), list(r.params)) for r in workflow.rules}
+    os.environ.update(GYMFORGE_READS=str(configview.write_declared(rules, Path(R) / ".gymforge")))
+
+
 def gymforge(verb, args, *, config=True, gpus=False, launcher=None):
     """The shell command of a step: `gymforge <verb> <args>`, logging to the rule's log, reading the resolved
     config. `gpus`: run under `gymforge with-gpus`, which leases the job's GPUs. `launcher`: a command line
@@ -69,7 +77,8 @@ def gymforge(verb, args, *, config=True, gpus=False, launcher=None):
     the command's text: it changes with every config edit, and the text of a shell command is Snakemake's "code"
     rerun trigger, so either would rerun every job; the rules' digest params (`CFG.digest(...)`) rerun exactly
     the jobs whose slice of the config changed. A job inherits the variable from the Snakemake process that
-    starts it (on a cluster node, the job's own Snakemake, which parses the same config)."""
+    starts it (on a cluster node, the job's own Snakemake, which parses the same config). So does the list of the
+    config sections the rule declares ($GYMFORGE_READS, `declare_reads`): the step reads no other."""
     step = launcher or (f"{GYMFORGE} {verb}" if gpus else f"{GYMFORGE} --log {{log}} {verb}")
     command = f'{step} --config "$GYMFORGE_CONFIG" {args}' if config else f"{step} {args}"
     return f"{GYMFORGE} --log {{log}} with-gpus {{resources.gpu}} -- {command}" if gpus else command

@@ -11,7 +11,7 @@ rule fetch_dataset:
         f"{BENCH}/datasets/{{key}}.tsv"
     params:
         dataset_id=lambda w: dataset_id_of(w.key),
-        hub=CFG.datasets.hub,
+        digest=CFG.digest("datasets.hub"),
     resources:
         mem_mb=4096,
         runtime=120,

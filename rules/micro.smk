@@ -13,7 +13,8 @@ rule micro_task:
     benchmark:
         f"{BENCH}/micro/{{slot}}.tsv"
     params:
-        digest=CFG.digest("seed", "sandbox", "micro"),
+        # verification.probes: the micro variant's evaluator is probed again
+        digest=CFG.digest("seed", "sandbox", "micro", "verification.probes"),
     resources:
         gpu=CFG.trajectories.gpus,  # verification's check, with the GPUs the task's rollouts get
         mem_mb=CFG.sandbox.memory_mb + 1024,

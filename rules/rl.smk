@@ -24,7 +24,9 @@ rule train_rl:
     benchmark:
         f"{BENCH}/rl/{CFG.train.name}.tsv"
     params:
-        digest=CFG.digest("seed", "sandbox", "rl"),
+        # student: the chat template the update trains with; evaluate.serving: how the policy is served (backend,
+        # vllm_args; its sampling settings come from rl)
+        digest=CFG.digest("seed", "sandbox", "rl", "student", "evaluate.serving"),
         slots=" ".join(RL_SLOTS),
     resources:
         gpu=CFG.rl.gpus,

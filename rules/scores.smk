@@ -14,6 +14,9 @@ rule score_table:
         profiles=report(f"{SCORES}/plots/profiles.png", caption="../report/scores.rst", category="4. Scores"),
     log:
         f"{LOGS}/scores/table.log",
+    params:
+        # the benchmark's tasks and metrics, exclude_gameable, the models' student/base pairs of the intervals
+        digest=CFG.digest("evaluate"),
     shell:
         gymforge(
             "score-table",

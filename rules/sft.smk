@@ -44,7 +44,10 @@ rule sft_dataset:
         f"{BENCH}/sft/dataset.tsv"
     params:
         # sft: extra_sources, example_unit and the student's train.max_length (rerun_view)
-        digest=CFG.digest("filter", "student", "sft"),
+        # covered: the upstream settings of the dataset card's provenance stamp (their rules rerun the shards)
+        digest=CFG.digest("filter", "student", "sft", covered=("seed", "teacher", "datasets", "proposals",
+                                                                "generation", "sandbox", "verification",
+                                                                "trajectories")),
     resources:
         mem_mb=4096,
     shell:

@@ -13,7 +13,9 @@ rule student_base:
     benchmark:
         f"{BENCH}/student/base.tsv"
     params:
-        digest=CFG.digest("seed", "student"),
+        # train.seed: the initialisation's; train.max_length: the model's context window; covered: train.tiny is
+        # the `tiny` param below
+        digest=CFG.digest("seed", "student", "train.seed", "train.max_length", covered=("train.tiny",)),
         tiny=CFG.train.tiny.model_dump_json() if OFFLINE_STUDENT else "",
     resources:
         # smollm2-135m dequantizes a GGUF file: measured 51 s, peak RSS 1.6 GB (the tiny offline student: seconds)

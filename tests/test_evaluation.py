@@ -104,6 +104,20 @@ def test_teacher_identity_is_in_the_resume_fingerprint_of_teacher_runs_only(tmp_
         assert same == (name != "teacher"), name
 
 
+def test_an_endpoint_models_runs_rerun_when_the_reply_length_it_borrows_from_the_teacher_changes() -> None:
+    """An `endpoint` model replies with llm.teacher.max_tokens (stages.evaluation._client): the eval_runs param and
+    resume fingerprint (teacher_identity) carry it, and nothing else of llm.teacher."""
+    from gymforge.core.config import ModelSpec
+    from gymforge.core.plan import teacher_identity
+
+    spec = ModelSpec(name="api", source="endpoint", model="m", base_url="http://127.0.0.1:1/v1")
+    base = GymforgeConfig()
+    longer = GymforgeConfig.model_validate({"llm": {"teacher": {"max_tokens": 123}}})
+    other_model = GymforgeConfig.model_validate({"llm": {"teacher": {"model": "another-teacher"}}})
+    assert teacher_identity(base, spec) != teacher_identity(longer, spec)
+    assert teacher_identity(base, spec) == teacher_identity(other_model, spec)
+
+
 @pytest.mark.slow
 @pytest.mark.timeout(2400)  # may build the session's finished run (tests/finished_run.py)
 def test_changing_the_teacher_model_reruns_exactly_the_teachers_benchmark_runs(finished_run: Path) -> None:

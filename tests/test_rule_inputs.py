@@ -112,12 +112,15 @@ def copy_in(src: Path, dest: Path, rel: str) -> None:
 
 def rerun_alone(workdir: Path, job: dict, config: str, dest: Path) -> subprocess.CompletedProcess:
     """Run `job`'s recorded shell command in `dest`, which holds only its declared inputs and the resolved config
-    (`config`, which the command reads as $GYMFORGE_CONFIG)."""
+    (`config`, which the command reads as $GYMFORGE_CONFIG), reading it through its rule's config view
+    ($GYMFORGE_READS, as under Snakemake: tests/test_configview.py)."""
     dest.mkdir(parents=True)
     for rel in job["inputs"]:
         if not os.path.isabs(rel):  # absolute: files of the installed package (the prompt templates)
             copy_in(workdir, dest, rel)
     copy_in(workdir, dest, config)
+    (reads,) = (str(p.relative_to(workdir)) for p in (workdir / "results" / ".gymforge").glob("reads-*.json"))
+    copy_in(workdir, dest, reads)
     for pattern in EXCEPTIONS.get(job["rule"], []):
         for path in (workdir / "results").glob(pattern):
             copy_in(workdir, dest, str(path.relative_to(workdir)))
@@ -125,7 +128,8 @@ def rerun_alone(workdir: Path, job: dict, config: str, dest: Path) -> subprocess
     for rel in job["outputs"] + job["logs"]:  # as Snakemake does before a job starts
         (dest / rel).parent.mkdir(parents=True, exist_ok=True)
     return subprocess.run(["bash", "-c", job["shellcmd"]], cwd=dest, capture_output=True, text=True, timeout=900,
-                          env={**os.environ, "OMP_NUM_THREADS": "1", "GYMFORGE_CONFIG": config}, check=False)
+                          env={**os.environ, "OMP_NUM_THREADS": "1", "GYMFORGE_CONFIG": config,
+                               "GYMFORGE_READS": reads}, check=False)
 
 
 def changed_outputs(workdir: Path, job: dict, dest: Path) -> list[str]:

@@ -92,6 +92,9 @@ def test_wheel_installs_and_renders_without_the_checkout(tmp_path: Path) -> None
         assert not missing, f"not in the wheel: {missing}"
     templates = sorted(p.name for p in (REPO / "src/gymforge/core/templates").glob("*.j2"))
     assert templates and all(f"gymforge/core/templates/{t}" in packed for t in templates)
+    # the programs the offline teacher writes (gymforge.offline.families.common.program)
+    programs = sorted(p.name for p in (REPO / "src/gymforge/offline/programs").glob("*.j2"))
+    assert programs and all(f"gymforge/offline/programs/{t}" in packed for t in programs)
 
     # the wheel installed on its own; dependencies from this environment's site-packages on PYTHONPATH, where
     # the editable install's .pth (which would put the checkout's src/ first) is not read

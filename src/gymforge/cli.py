@@ -15,7 +15,7 @@ import sys
 from pathlib import Path
 from typing import Any, Callable
 
-from gymforge.core import gpus, job, plugins
+from gymforge.core import configview, gpus, job, plugins
 from gymforge.core.config import ConfigError, GymforgeConfig, config_or_defaults
 from gymforge.hub import get_hub
 
@@ -101,7 +101,8 @@ def _run_step(verb: str, target: str, argv: list[str]) -> None:
     function = _step_function(target)
     args = vars(_step_parser(verb, function).parse_args(argv))
     if "config" in args:
-        args["cfg"] = config_or_defaults(args.pop("config"))
+        # Run by its rule: only the config sections the rule declares (gymforge.core.configview).
+        args["cfg"] = configview.for_step(config_or_defaults(args.pop("config")), verb.replace("-", "_"))
     _print_result(function(**args))
 
 
@@ -298,6 +299,8 @@ def _main(argv: list[str]) -> None:
     try:
         args.func(args)
     except ConfigError as err:
+        sys.exit(str(err))
+    except configview.UndeclaredConfigRead as err:
         sys.exit(str(err))
     except PLAIN_ERRORS as err:
         sys.exit(f"gymforge: {err}")

@@ -438,10 +438,69 @@ class GymforgeConfig(_Strict):
             dump["rl"].pop(key)
         return dump
 
-    def digest(self, *sections: str) -> str:
-        """Short content hash of some `rerun_view` sections: a rule's rerun trigger and provenance stamp."""
+    def digest(self, *sections: str, covered: tuple[str, ...] = ()) -> Digest:
+        """Short content hash of some `rerun_view` sections: a rule's rerun trigger and provenance stamp.
+
+        A section is a key of `rerun_view` or a dotted path into one (`verification.probes`). The digest is also
+        what the rule's job may read (`Digest.reads`, gymforge.core.configview): the sections, plus `covered`,
+        sections or dotted keys the job reads whose changes already reach it another way (another param of the
+        rule, or its inputs: an upstream rule that declares them reruns, and so this one), so they are not hashed
+        twice."""
         view = self.rerun_view()
-        return hashlib.sha256(json.dumps({s: view[s] for s in sections}, sort_keys=True).encode()).hexdigest()[:12]
+        text = hashlib.sha256(json.dumps({s: _walk(view, s) for s in sections}, sort_keys=True).encode()).hexdigest()[:12]
+        return Digest(text, reads=(*sections, *covered))
+
+
+def _walk(view: dict[str, Any], section: str) -> Any:
+    value: Any = view
+    for part in section.split("."):
+        value = value[part]
+    return value
+
+
+class Digest(str):
+    """A rule's rerun trigger (`params: digest=CFG.digest(...)`): the hash text, which Snakemake records and
+    compares like any string, carrying the config sections the rule declares (`reads`). The Snakefile hands each
+    job its rule's list (rules/common.smk), and the job's config is a view that raises on anything else."""
+
+    reads: tuple[str, ...]
+
+    def __new__(cls, text: str, reads: tuple[str, ...] = ()) -> Digest:
+        digest = super().__new__(cls, text)
+        digest.reads = reads
+        return digest
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return Digest, (str(self), self.reads)
+
+
+# What a declared `rerun_view` section lets a job read, where that is not the config section of the same name.
+SECTION_KEYS: dict[str, tuple[str, ...]] = {
+    "teacher": ("llm.teacher",),
+    "student": ("train.student",),
+    "sft": ("sft", "train.max_length"),
+}
+
+# Settings every job may read without declaring them, because no rule's digest covers them (`rerun_view` leaves
+# them out): where files go; the budget; how an endpoint is reached, retried and priced; the plan (how many
+# items, which ones: a job's own items reach it as wildcards, inputs and params); resources and parallelism.
+# None of them changes what a job computes from its inputs.
+READABLE_EVERYWHERE: tuple[str, ...] = (
+    "results_dir", "cache_dir", "llm.budget_usd",
+    *(f"llm.teacher.{k}" for k in ("base_url", "api_key_env", "concurrency", "timeout_s", "max_retries", "price")),
+    "topics.n", "datasets.cache_dir",
+    *(f"trajectories.{k}" for k in ("per_task", "shard_size", "concurrency", "gpus", "mem_mb", "runtime_min")),
+    *(f"train.{k}" for k in ("gpus", "mem_mb", "runtime_min", "logging_steps")),
+    *(f"evaluate.{k}" for k in ("tasks", "runs_per_task", "concurrency", "models", "mem_mb", "runtime_min")),
+    "evaluate.serving.gpus",
+    *(f"rl.{k}" for k in ("gpus", "strategy", "gradient_checkpointing", "mem_mb", "runtime_min", "threads",
+                          "concurrency", "keep_checkpoints")),
+)
+
+
+def declared_keys(reads: tuple[str, ...] | list[str]) -> frozenset[str]:
+    """The config keys (dotted paths) that a rule declaring `reads` may read, besides `READABLE_EVERYWHERE`."""
+    return frozenset(key for section in reads for key in SECTION_KEYS.get(section, (section,)))
 
 
 class ConfigError(ValueError):

@@ -7,6 +7,7 @@ never disagree. Cheap to import: the Snakefile needs nothing else to plan.
 
 from __future__ import annotations
 
+import json
 import math
 import re
 from pathlib import Path
@@ -105,9 +106,12 @@ def run_folder(model: str, task: str, run: int) -> str:
 
 
 def teacher_identity(cfg: GymforgeConfig, spec: ModelSpec) -> str:
-    """What a `teacher` model's answers depend on beyond its spec: the endpoint `llm.teacher` (provider, model,
-    URL, sampling). Empty for the other sources, whose identity is their spec and checkpoint. Part of the
-    `eval_runs` rule's params and of the runs' resume fingerprint."""
+    """What a model's answers depend on in `llm.teacher`, beyond its spec: for a `teacher` model the endpoint
+    (provider, model, URL, sampling); an `endpoint` model borrows its reply length (`max_tokens`). Empty for the
+    other sources, whose identity is their spec and checkpoint. Part of the `eval_runs` rule's params and of the
+    runs' resume fingerprint."""
+    if spec.source == "endpoint":
+        return json.dumps({"max_tokens": cfg.llm.teacher.max_tokens})
     if spec.source != "teacher":
         return ""
     return cfg.llm.teacher.model_dump_json(include={"provider", "base_url", "model", "temperature", "max_tokens"})

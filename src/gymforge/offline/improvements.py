@@ -25,6 +25,7 @@ from gymforge.offline.families.common import (
     Game,
     is_id_like,
     parse_facts,
+    program,
 )
 from gymforge.offline.families.games import MATRIX_GAMES, parse_game
 from gymforge.offline.families.tabular import PREPROCESS
@@ -283,31 +284,19 @@ def _baseline_model(node: ast.FunctionDef, source: str) -> str | None:
 
 
 def _build_model(brief: Brief, idea: str, base: str | None) -> tuple[str, list[tuple[str, str]]]:
-    """Source of the new `build_model()` and the imports it needs."""
+    """Source of the new `build_model()` (programs/build_model.py.j2) and the imports it needs."""
     models = _models(brief)
     imports = list(_PREPROCESS_IMPORTS)
+    c = "C" if brief.problem == "classification" else "alpha"
     if idea == "select":
-        grid = [f'        {{"model": [{models["boosting"][1]}]}},',
-                f'        {{"model": [{models["forest"][1]}]}},']
-        c = "C" if brief.problem == "classification" else "alpha"
-        values = "[0.1, 1.0, 10.0]" if c == "C" else "[0.1, 1.0, 10.0, 100.0]"
-        grid.append(f'        {{"model": [{models["linear"][1]}], "model__{c}": {values}}},')
-        if base:
-            grid.append(f'        {{"model": [{base}]}},')
-        scoring = _SCORING.get(brief.metric, "accuracy" if brief.problem == "classification" else "r2")
-        body = (
-            f'    pipeline = Pipeline([("features", features), ("model", {models["linear"][1]})])\n'
-            "    # Each candidate is scored on held-out folds of the train split; the best is refitted on all of it.\n"
-            "    candidates = [\n" + "\n".join(grid) + "\n    ]\n"
-            f"    return GridSearchCV(pipeline, candidates, cv=5, scoring={lit(scoring)})\n"
-        )
         imports += [("sklearn.pipeline", "Pipeline"), ("sklearn.model_selection", "GridSearchCV")]
         imports += [(_module_of(cls), cls) for cls, _ in models.values()]
     else:
-        cls, expr = models[idea]
-        body = f"    return make_pipeline(features, {expr})\n"
-        imports.append((_module_of(cls), cls))
-    source = f'def build_model():\n    """{MARKS[idea]}"""\n{_PREPROCESS}{body}'
+        imports.append((_module_of(models[idea][0]), models[idea][0]))
+    scoring = _SCORING.get(brief.metric, "accuracy" if brief.problem == "classification" else "r2")
+    source = program("build_model.py.j2", idea=idea, mark=MARKS[idea], preprocess=_PREPROCESS,
+                     models={name: expr for name, (_, expr) in models.items()}, base=base, c=c,
+                     values="[0.1, 1.0, 10.0]" if c == "C" else "[0.1, 1.0, 10.0, 100.0]", scoring=lit(scoring))
     return source, imports
 
 
@@ -321,69 +310,19 @@ def _feature_list(tree: ast.Module) -> ast.List | None:
     return None
 
 
-# The scripts an idea writes from scratch (when the file has no function to edit) share their fragments:
-# the fitting head and main()'s opening, the submission.csv writer and the __main__ guard. They are
-# str.format templates: {target}, {target_lit}, {features}, {build_model} and {functions} are filled in later.
-_MAIN_GUARD = '''
-
-if __name__ == "__main__":
-    main()
-'''
-
-
-def _csv_writer(prediction: str) -> str:
-    """main()'s closing lines in a CSV task: `prediction` (one value per test row) written as submission.csv."""
-    return (
-        '    submission = pd.DataFrame({{"id": np.arange(len(test)), {target_lit}: ' + prediction + '}})\n'
-        '    submission.to_csv("submission.csv", index=False)\n'
-        '    print(f"wrote submission.csv with {{len(submission)}} rows")\n'
-    )
-
-
-def _fitting_script(purpose: str, imports: str, load: str, save: str) -> str:
-    """A script that fits build_model() on the train split (FEATURES, else every other column) and saves it.
-
-    `load` reads the splits into `train` (rows with a target only) and whatever `save` needs."""
-    return (
-        '"""Fits a model on every usable column of the train split' + purpose + '."""\n\n'
-        + imports + 'from datasets import load_from_disk\n\n'
-        'SEED = 0\nFEATURES = {features}\n\n\n{build_model}\n\n'
-        'def main() -> None:\n    np.random.seed(SEED)\n'
-        + load
-        + '    features = FEATURES or [c for c in train.columns if c != {target_lit}]\n'
-        '    model = build_model().fit(train[features], train[{target_lit}])\n'
-        + save + _MAIN_GUARD
-    )
-
-
-_TRAIN_ROWS = '    train = train[train[{target_lit}].notna()]\n'
-
-CSV_SCRIPT = _fitting_script(
-    " and writes submission.csv (columns id, {target})",
-    "import numpy as np\nimport pandas as pd\n",
-    '    data = load_from_disk("data")\n    train = data["train"].to_pandas()\n' + _TRAIN_ROWS
-    + '    test = data["test"].to_pandas()\n',
-    _csv_writer("model.predict(test[features])"),
-)
-
-MODEL_SCRIPT = _fitting_script(
-    ", pickles it to model.pkl and writes model_config.yaml",
-    "import pickle\n\nimport numpy as np\n",
-    '    train = load_from_disk("data")["train"].to_pandas()\n' + _TRAIN_ROWS,
-    '    with open("model.pkl", "wb") as fh:\n        pickle.dump(model, fh)\n'
-    '    with open("model_config.yaml", "w") as fh:\n        fh.write("model_path: model.pkl\\n")\n'
-    '    print("saved model.pkl and model_config.yaml")\n',
-)
+# The scripts an idea writes from scratch, when the file has no function to edit: programs/tabular_csv.py.j2
+# (CSV submission) and programs/tabular_model.py.j2 (model submission), filled in with the task's target, its
+# features and the idea's build_model().
 
 
 def _improve_tabular(source: str, brief: Brief, idea: str) -> str:
     tree = ast.parse(source)
     factory = _function(tree, "build_model")
     if factory is None:
-        script = MODEL_SCRIPT if brief.kind == "model" else CSV_SCRIPT
+        script = "tabular_model.py.j2" if brief.kind == "model" else "tabular_csv.py.j2"
         build, imports = _build_model(brief, "boosting" if idea == "all_columns" else idea, None)
-        text = script.format(target=brief.target, target_lit=lit(brief.target), features=lit(list(brief.features)),
-                             build_model=build)
+        text = program(script, target=brief.target, target_lit=lit(brief.target), features=lit(list(brief.features)),
+                       build_model=build)
         return drop_unused_imports(ensure_imports(text, imports))
     edits: list[tuple[int, int, int, int, str]] = []
     selection = _feature_list(tree)
@@ -407,111 +346,11 @@ def _improve_tabular(source: str, brief: Brief, idea: str) -> str:
 
 # ---- forecasting -------------------------------------------------------------------------------------
 
-_FORECAST_HELPERS = '''\
-def seasonal_periods(history: np.ndarray, top: int = 3) -> list[int]:
-    """Lags where the autocorrelation of the differenced series peaks: candidate season lengths."""
-    x = np.diff(history)
-    x = x - x.mean()
-    scale = float(x @ x) or 1.0
-    lags = list(range(2, min(len(x) // 2, 400)))
-    acf = [float(x[:-lag] @ x[lag:]) / scale for lag in lags]
-    peaks = [lags[i] for i in range(1, len(acf) - 1) if acf[i] > 0.1 and acf[i - 1] <= acf[i] >= acf[i + 1]]
-    return sorted(peaks, key=lambda lag: -acf[lag - 2])[:top]
-
-
-def damped_trend(history: np.ndarray, horizon: int, alpha: float, beta: float, phi: float) -> np.ndarray:
-    level, slope = history[0], (history[1] - history[0]) if len(history) > 1 else 0.0
-    for value in history[1:]:
-        previous = level
-        level = alpha * value + (1 - alpha) * (level + phi * slope)
-        slope = beta * (level - previous) + (1 - beta) * phi * slope
-    return level + slope * np.cumsum(phi ** np.arange(1, horizon + 1))
-
-
-def seasonal_drift(history: np.ndarray, horizon: int, period: int) -> np.ndarray:
-    season = history[-period:]
-    step = (season.mean() - history[-2 * period:-period].mean()) / period if len(history) >= 2 * period else 0.0
-    cycles = np.arange(horizon) // period + 1
-    return np.resize(season, horizon) + step * period * cycles
-'''
-
-_BACKTEST = '''\
-def candidates(history: np.ndarray, horizon: int, periods: list[int]) -> dict[str, np.ndarray]:
-    """Forecasts of the next `horizon` values by every method worth comparing."""
-    steps = np.arange(1, horizon + 1)
-    out = {
-        "last value": np.full(horizon, history[-1]),
-        "drift": history[-1] + (history[-1] - history[0]) / max(len(history) - 1, 1) * steps,
-    }
-    for window in (4, 12, 52):
-        if len(history) >= 2 * window:
-            out[f"mean of last {window}"] = np.full(horizon, history[-window:].mean())
-    out["overall mean"] = np.full(horizon, history.mean())
-    for alpha, beta in ((0.3, 0.05), (0.6, 0.1), (0.9, 0.2)):
-        out[f"damped trend {alpha}"] = damped_trend(history, horizon, alpha, beta, 0.9)
-    for period in periods:
-        if len(history) >= 2 * period:
-            out[f"seasonal naive {period}"] = np.resize(history[-period:], horizon)
-            out[f"seasonal drift {period}"] = seasonal_drift(history, horizon, period)
-    return out
-
-
-def forecast(history: np.ndarray, horizon: int) -> np.ndarray:
-    """MARK"""
-    periods = seasonal_periods(history)
-    holdout = min(horizon, len(history) // 3)
-    if holdout < 2:
-        return np.full(horizon, history[-1])
-    fit, actual = history[:-holdout], history[-holdout:]
-    # The same error the task is scored with, so the choice matches the leaderboard.
-    errors = {
-        name: float(np.mean(ERROR(actual - predicted)))
-        for name, predicted in candidates(fit, holdout, periods).items()
-    }
-    best = min(errors, key=errors.__getitem__)
-    print(f"backtest picked {best} (error {errors[best]:.4g} over the last {holdout} observations)")
-    return candidates(history, horizon, periods)[best]
-'''
-
-_HOLT = '''\
-def forecast(history: np.ndarray, horizon: int) -> np.ndarray:
-    """MARK"""
-    if len(history) < 3:
-        return np.full(horizon, history[-1])
-    return damped_trend(history, horizon, alpha=0.5, beta=0.1, phi=0.9)
-'''
-
-_SEASONAL = '''\
-def forecast(history: np.ndarray, horizon: int) -> np.ndarray:
-    """MARK"""
-    periods = [p for p in seasonal_periods(history) if len(history) >= 2 * p]
-    if not periods:
-        return damped_trend(history, horizon, alpha=0.5, beta=0.1, phi=0.9)
-    return seasonal_drift(history, horizon, periods[0])
-'''
-
-FORECAST_SCRIPT = '''\
-"""Forecasts the test split (the chronological continuation of train) and writes submission.csv."""
-
-import numpy as np
-import pandas as pd
-from datasets import load_from_disk
-
-
-{functions}
-
-def main() -> None:
-    data = load_from_disk("data")
-    train = data["train"].to_pandas()
-    test = data["test"].to_pandas()
-    history = train[{target_lit}].ffill().dropna().to_numpy(dtype=float)
-''' + _csv_writer("forecast(history, len(test))") + _MAIN_GUARD
-
-
 def _forecast_functions(brief: Brief, idea: str) -> str:
-    body = {"backtest": _BACKTEST, "holt": _HOLT, "seasonal": _SEASONAL}[idea].replace("MARK", MARKS[idea])
+    """The idea's forecaster with the helpers it shares (programs/forecast_<idea>.py.j2), scored by the task's
+    error."""
     error = "np.square" if brief.metric == "rmse" else "np.abs"
-    return _FORECAST_HELPERS + "\n\n" + body.replace("ERROR(", f"{error}(")
+    return program(f"forecast_{idea}.py.j2", mark=MARKS[idea], error=error)
 
 
 def _improve_forecast(source: str, brief: Brief, idea: str) -> str:
@@ -519,7 +358,7 @@ def _improve_forecast(source: str, brief: Brief, idea: str) -> str:
     node = _function(tree, "forecast")
     functions = _forecast_functions(brief, idea)
     if node is None:
-        return FORECAST_SCRIPT.format(functions=functions, target_lit=lit(brief.target))
+        return program("forecast_script.py.j2", functions=functions, target_lit=lit(brief.target))
     # Helpers a previous idea left behind are replaced along with the forecaster.
     old = [n for n in tree.body if isinstance(n, ast.FunctionDef)
            and n.name in ("seasonal_periods", "damped_trend", "seasonal_drift", "candidates")]
@@ -530,113 +369,14 @@ def _improve_forecast(source: str, brief: Brief, idea: str) -> str:
 
 # ---- games and heuristics ----------------------------------------------------------------------------
 
-# Each bank's functions open with the signature evaluate.py calls ({entry} is its name) and the idea's MARK
-# docstring; the functions of one bank share their openings and closings, written once below.
-_MATRIX_DEF = 'def {entry}(history: list[tuple[int, int]]) -> int:\n    """MARK"""\n    moves = range(len(PAYOFF))\n'
-_BEST_OPENING = '    if not history:\n        return max(moves, key=lambda m: sum(PAYOFF[m]))\n'
-_MATRIX = {
-    "predict": _MATRIX_DEF + '''\
-    if len(history) < 2:
-        return max(moves, key=lambda m: sum(PAYOFF[m]))
-    # Longest context first: the last three, two, then one rounds (both moves), else recent frequencies.
-    seen = Counter()
-    for depth in (3, 2, 1):
-        context = history[-depth:]
-        seen = Counter(history[i][1] for i in range(depth, len(history)) if history[i - depth:i] == context)
-        if seen:
-            break
-    if not seen:
-        seen = Counter(theirs for _, theirs in history[-10:])
-    return max(moves, key=lambda m: sum(PAYOFF[m][theirs] * count for theirs, count in seen.items()))
-''',
-    "fictitious": _MATRIX_DEF + _BEST_OPENING + '''\
-    seen = Counter(theirs for _, theirs in history)
-    return max(moves, key=lambda m: sum(PAYOFF[m][theirs] * count for theirs, count in seen.items()))
-''',
-    "reciprocate": _MATRIX_DEF + _BEST_OPENING + '''\
-    theirs = history[-1][1]
-    return max(moves, key=lambda m: PAYOFF[m][theirs])
-''',
-}
-
-
-def _concession(opening: int, step: int, comment: str = "") -> str:
-    """An ultimatum proposer: opens with PIE // opening, keeps accepted offers, raises rejected ones by PIE // step."""
-    return (
-        'def {entry}(history: list[tuple[int, bool]]) -> int:\n    """MARK"""\n'
-        f"    if not history:\n        return max(1, PIE // {opening})\n    offer, accepted = history[-1]\n"
-        + (f"    # {comment}\n" if comment else "")
-        + f"    return offer if accepted else min(PIE, offer + max(1, PIE // {step}))\n"
-    )
-
-
-_ULTIMATUM = {
-    "probe": _concession(10, 20, "Some responders reject anything below an offer they got before, so an accepted "
-                                 "offer is never cut."),
-    "settle": _concession(5, 10),
-}
-_KNAPSACK_DEF = 'def {entry}(values: list[int], weights: list[int], capacity: int) -> list[int]:\n    """MARK"""\n'
-# Bin packing, largest items first: each item goes to bin `room`, a new one when the rule finds none.
-_DECREASING = (
-    'def {entry}(sizes: list[int], capacity: int) -> list[list[int]]:\n    """MARK"""\n'
-    "    bins, loads = [], []\n    for i in sorted(range(len(sizes)), key=lambda i: -sizes[i]):\n"
-)
-_NEW_BIN_AND_PLACE = '''\
-            bins.append([])
-            loads.append(0)
-            room = len(bins) - 1
-        bins[room].append(i)
-        loads[room] += sizes[i]
-    return bins
-'''
-_HEURISTICS = {
-    "dp": _KNAPSACK_DEF + '''\
-    best = [0] * (capacity + 1)
-    took = []
-    for value, weight in zip(values, weights):
-        row = [False] * (capacity + 1)
-        for room in range(capacity, weight - 1, -1):
-            if best[room - weight] + value > best[room]:
-                best[room] = best[room - weight] + value
-                row[room] = True
-        took.append(row)
-    chosen, room = [], capacity
-    for i in range(len(values) - 1, -1, -1):
-        if took[i][room]:
-            chosen.append(i)
-            room -= weights[i]
-    return sorted(chosen)
-''',
-    "density": _KNAPSACK_DEF + '''\
-    chosen, load = [], 0
-    for i in sorted(range(len(values)), key=lambda i: -values[i] / max(weights[i], 1e-9)):
-        if load + weights[i] <= capacity:
-            chosen.append(i)
-            load += weights[i]
-    fitting = [i for i in range(len(values)) if weights[i] <= capacity]
-    single = max(fitting, key=lambda i: values[i], default=None)
-    if single is not None and values[single] > sum(values[i] for i in chosen):
-        return [single]
-    return chosen
-''',
-    "ffd": _DECREASING + '''\
-        room = next((b for b, load in enumerate(loads) if load + sizes[i] <= capacity), None)
-        if room is None:
-''' + _NEW_BIN_AND_PLACE,
-    "bfd": _DECREASING + '''\
-        fits = [b for b, load in enumerate(loads) if load + sizes[i] <= capacity]
-        if fits:
-            room = max(fits, key=lambda b: loads[b])
-        else:
-''' + _NEW_BIN_AND_PLACE,
-}
+# Each idea's function is programs/strategy_<idea>.py.j2: the signature evaluate.py calls (named `entry`) and the
+# idea's MARK docstring.
 _DEFAULT_ENTRY = {"ultimatum": "make_offer", "knapsack": "select_items", "bin_packing": "pack_items"}
 
 
 def game_function(kind: str, idea: str, entry: str | None = None) -> str:
     """The idea's function for a game of this kind, named `entry` (by default what evaluate.py calls)."""
-    bank = _MATRIX if kind in MATRIX_GAMES else _ULTIMATUM if kind == "ultimatum" else _HEURISTICS
-    return bank[idea].replace("MARK", MARKS[idea]).replace("{entry}", entry or _DEFAULT_ENTRY.get(kind, "choose_move"))
+    return program(f"strategy_{idea}.py.j2", mark=MARKS[idea], entry=entry or _DEFAULT_ENTRY.get(kind, "choose_move"))
 
 
 def _improve_game(source: str, brief: Brief, idea: str) -> str:

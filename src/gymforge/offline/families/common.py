@@ -12,7 +12,10 @@ import json
 import random
 import re
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Literal
+
+import jinja2
 
 from gymforge.offline import vocabulary
 
@@ -37,6 +40,17 @@ _TIME_NAMES = frozenset(
 )
 _ISO_DATE = re.compile(r"^\d{4}-\d{2}-\d{2}")
 FACTS_HEADING = "Task facts:"
+
+# The programs the offline teacher writes (evaluation scripts, baselines, the agent's improvements), each a whole
+# file: Jinja templates in gymforge/offline/programs/ (package data). Whole-line `{% ... %}` tags vanish.
+_PROGRAMS = jinja2.Environment(
+    loader=jinja2.FileSystemLoader(Path(__file__).resolve().parents[1] / "programs"), autoescape=False,
+    keep_trailing_newline=True, trim_blocks=True, lstrip_blocks=True, undefined=jinja2.StrictUndefined)
+
+
+def program(name: str, **context: object) -> str:
+    """The program template `name` (gymforge/offline/programs/<name>) filled in with `context`."""
+    return _PROGRAMS.get_template(name).render(**context)
 
 
 def seeded(seed: int, *parts: Any) -> random.Random:

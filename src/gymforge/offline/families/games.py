@@ -11,10 +11,9 @@ from __future__ import annotations
 import json
 import random
 import re
-from string import Template
 from typing import Any
 
-from gymforge.offline.families.common import Game, TaskSpec, description, make_id, proposal_text, words
+from gymforge.offline.families.common import Game, TaskSpec, description, make_id, program, proposal_text, words
 
 NAME = "game_strategy"
 ENTRYPOINT = "PythonSubmissionTasks"
@@ -195,94 +194,10 @@ def describe(spec: TaskSpec, proposal: dict[str, Any], rng: random.Random) -> st
                        rng.choice(CLOSINGS))
 
 
-# ---- evaluate.py: what every game's scorer shares --------------------------------------------------------
-# A scorer is a string.Template ($name placeholders, filled in per task) put together from the pieces below;
-# the pieces are plain text, so the f-strings of the generated code keep their braces.
-
-_SUBMISSION_IMPORT = """\
-try:  # gymforge runs the submission in a sandbox of its own and hands it over through gymforge_eval
-    from gymforge_eval import import_submission
-except ImportError:  # under MLGym it is imported into this process
-    from importlib import import_module as import_submission
-"""
-_QUIET = "    # Whatever the submitted module prints goes to stderr, so stdout stays one JSON object.\n"
-_MAIN_GUARD = '\n\nif __name__ == "__main__":\n    main()\n'
-
-
-def _scorer_head(doc: str, *modules: str) -> str:
-    """The scorer's docstring, its standard-library imports and the import of the submission."""
-    imports = "".join(f"import {m}\n" for m in sorted(("contextlib", "json", "random", "sys", *modules)))
-    return f'"""{doc}"""\n\n{imports}\n{_SUBMISSION_IMPORT}\n'
-
-
-_ZERO = {"float": "0.0", "int": "0"}  # a score's starting value, by its type
-
-
-def _match_scorer(doc: str, constants: str, pool: str, player: str, rival: str, *, play_doc: str, reply: str,
-                  score: str, score_type: str, round_body: str, scores: str, scale: str = "") -> Template:
-    """A repeated-game scorer: `player` from strategy.py meets every `rival` of the seeded $pool in MATCHES
-    matches of ROUNDS rounds; `round_body` plays one round (the rival's reply is of type `reply`) and adds
-    to `score` (a `score_type`); the result is the mean of `scores` per round, divided by `scale`."""
-    return Template(f"""{_scorer_head(doc)}{constants}ROUNDS = $rounds
-MATCHES = $matches
-SEED = $seed
-
-
-$pool_defs
-
-
-{pool} = [
-$pool
-]
-
-
-def play({player}, {rival}, seed: int) -> {score_type}:
-    \"\"\"{play_doc}\"\"\"
-    rng = random.Random(seed)
-    # Seeding the global generator makes strategies that use `random` reproducible too.
-    random.seed(seed)
-    history: list[tuple[int, {reply}]] = []
-    {score} = {_ZERO[score_type]}
-    for _ in range(ROUNDS):
-{round_body}    return {score}
-
-
-def main() -> None:
-{_QUIET}    with contextlib.redirect_stdout(sys.stderr):
-        {player} = import_submission("strategy").{player}
-
-        {scores} = [
-            play({player}, {rival}, SEED + 1000 * i + m)
-            for i, {rival} in enumerate({pool})
-            for m in range(MATCHES)
-        ]
-    print(json.dumps({{"Score": sum({scores}) / (len({scores}) * ROUNDS{scale})}}))
-{_MAIN_GUARD}""")
-
-
-def _instance_scorer(doc: str, modules: tuple[str, ...], constants: str, helpers: str, function: str,
-                     instance_body: str) -> Template:
-    """A heuristic scorer: `function` from heuristic.py on INSTANCES seeded instances, each scored by
-    `instance_body` (which appends its ratio to `ratios`); the result is their mean."""
-    return Template(f"""{_scorer_head(doc, *modules)}INSTANCES = $instances
-MIN_ITEMS, MAX_ITEMS = $lo, $hi
-{constants}SEED = $seed
-
-
-{helpers}
-
-
-def main() -> None:
-    rng = random.Random(SEED)
-    # Seeding the global generator makes heuristics that use `random` reproducible too.
-    random.seed(SEED)
-    ratios = []
-{_QUIET}    with contextlib.redirect_stdout(sys.stderr):
-        {function} = import_submission("heuristic").{function}
-
-        for _ in range(INSTANCES):
-{instance_body}    print(json.dumps({{"Score": sum(ratios) / len(ratios)}}))
-{_MAIN_GUARD}""")
+# ---- the programs -------------------------------------------------------------------------------------
+# Each game's evaluate.py and starter file is a whole template in gymforge/offline/programs/ (matrix_evaluate.py.j2,
+# matrix_strategy.py.j2, ...; `common.program`), filled in per task with the game's parameters and the seeded pool of
+# opponents below.
 
 
 # ---- matrix games -------------------------------------------------------------------------------------
@@ -345,61 +260,19 @@ def _opponent_pool(n_moves: int, rng: random.Random) -> list[tuple[str, str]]:
             ("cycle", f"cycle({pattern})"), *((name, reactive[name]) for name in picked)]
 
 
-MATRIX_EVALUATE = _match_scorer(
-    """Plays `choose_move` from strategy.py against a fixed pool of scripted opponents in the iterated $title.
-
-Each opponent is met in MATCHES matches of ROUNDS rounds, every match with its own seed. The score is
-your mean payoff per round over all matches. Prints one JSON object: {"Score": ...}.
-""",
-    "MOVES = $moves\nPAYOFF = $payoff  # PAYOFF[your_move][opponent_move] = your points\n",
-    "OPPONENTS", "choose_move", "opponent",
-    play_doc="Your total payoff in one match; history holds (your_move, opponent_move) pairs, oldest first.",
-    reply="int", score="total", score_type="float", scores="totals", round_body="""\
-        move = choose_move(list(history))
-        if move not in range(len(MOVES)):
-            raise ValueError(f"choose_move returned {move!r}; expected a move index in 0..{len(MOVES) - 1}")
-        theirs = opponent(history, rng)
-        history.append((int(move), theirs))
-        total += PAYOFF[int(move)][theirs]
-""")
-
-MATRIX_STRATEGY = Template('''\
-"""Your strategy for the iterated $title: edit `choose_move` and keep its signature.
-
-evaluate.py calls choose_move(history) once per round. history lists the (your_move, opponent_move)
-pairs of the current match so far, oldest first; moves are indices into MOVES. Return your next move.
-"""
-
-import random
-
-MOVES = $moves
-
-
-def choose_move(history: list[tuple[int, int]]) -> int:
-    """Baseline: ignores the history and draws a move at random with the weights $weights."""
-    return random.choices(range(len(MOVES)), weights=$weights)[0]
-
-
-if __name__ == "__main__":
-    # Self-test: legal moves for an empty and a short history.
-    for history in ([], [(0, 1), (1, 0), (0, 0)]):
-        assert choose_move(history) in range(len(MOVES))
-    print("choose_move returns legal moves")
-''')
-
 
 def _matrix_files(game: Game, rng: random.Random) -> dict[str, str]:
     pool = _opponent_pool(len(game.moves), rng)
     used = {name for name, _ in pool}
-    evaluate = MATRIX_EVALUATE.substitute(
-        title=MATRIX_GAMES[game.kind][0], moves=json.dumps(list(game.moves)),
+    evaluate = program(
+        "matrix_evaluate.py.j2", title=MATRIX_GAMES[game.kind][0], moves=json.dumps(list(game.moves)),
         payoff=json.dumps([list(row) for row in game.payoff]), rounds=game.rounds, matches=rng.choice((3, 5)),
         seed=rng.randrange(10_000), pool_defs="\n\n\n".join(src for name, src in OPPONENTS.items() if name in used),
         pool="\n".join(f"    {call}," for _, call in pool))
     weights = [1] * len(game.moves)
     weights[rng.randrange(len(weights))] += rng.choice((0, 1, 2))
-    strategy = MATRIX_STRATEGY.substitute(title=MATRIX_GAMES[game.kind][0], moves=json.dumps(list(game.moves)),
-                                          weights=weights)
+    strategy = program("matrix_strategy.py.j2", title=MATRIX_GAMES[game.kind][0],
+                       moves=json.dumps(list(game.moves)), weights=weights)
     return {"strategy.py": strategy, EVALUATION: evaluate}
 
 
@@ -420,47 +293,6 @@ RESPONDERS: dict[str, str] = {
     return lambda history, offer, rng: rng.random() < min(1.0, offer / scale)''',
 }
 
-ULTIMATUM_EVALUATE = _match_scorer(
-    """Plays `make_offer` from strategy.py as the proposer in repeated ultimatum games.
-
-Each round you offer the responder part of a pie of PIE points and keep the rest if it accepts; a
-rejection leaves both with nothing. Every responder of the fixed pool is met in MATCHES matches of
-ROUNDS rounds with their own seeds. The score is the mean share of the pie you keep per round.
-Prints one JSON object: {"Score": ...}.
-""",
-    "PIE = $pie\n", "RESPONDERS", "make_offer", "responder",
-    play_doc="Points you keep in one match; history holds (offer, accepted) pairs, oldest first.",
-    reply="bool", score="kept", score_type="int", scores="kept", scale=" * PIE", round_body="""\
-        offer = make_offer(list(history))
-        if offer not in range(PIE + 1):
-            raise ValueError(f"make_offer returned {offer!r}; expected a whole number of points in 0..{PIE}")
-        accepted = bool(responder(history, int(offer), rng))
-        history.append((int(offer), accepted))
-        kept += PIE - int(offer) if accepted else 0
-""")
-
-ULTIMATUM_STRATEGY = Template('''\
-"""Your proposer strategy for repeated ultimatum games: edit `make_offer` and keep its signature.
-
-evaluate.py calls make_offer(history) once per round. history lists the (offer, accepted) pairs of the
-current match so far, oldest first. Return how many of the PIE points to offer (0..PIE): you keep the
-rest if the responder accepts, and both get nothing if it rejects.
-"""
-
-PIE = $pie
-
-
-def make_offer(history: list[tuple[int, bool]]) -> int:
-    """Baseline: always offers $percent% of the pie, whatever happened before."""
-    return PIE * $percent // 100
-
-
-if __name__ == "__main__":
-    # Self-test: offers stay within the pie.
-    for history in ([], [(PIE // 2, True), (PIE // 4, False)]):
-        assert 0 <= make_offer(history) <= PIE
-    print(f"make_offer opens with {make_offer([])} of {PIE}")
-''')
 
 
 def _ultimatum_files(game: Game, rng: random.Random) -> dict[str, str]:
@@ -475,117 +307,32 @@ def _ultimatum_files(game: Game, rng: random.Random) -> dict[str, str]:
             ("proportional", f"proportional({share(0.35, 0.5)})")]
     pool = rng.sample(pool, rng.randint(4, 5))
     used = {name for name, _ in pool}
-    evaluate = ULTIMATUM_EVALUATE.substitute(
-        pie=pie, rounds=game.rounds, matches=rng.choice((3, 5)), seed=rng.randrange(10_000),
+    evaluate = program(
+        "ultimatum_evaluate.py.j2", pie=pie, rounds=game.rounds, matches=rng.choice((3, 5)), seed=rng.randrange(10_000),
         pool_defs="\n\n\n".join(src for name, src in RESPONDERS.items() if name in used),
         pool="\n".join(f"    {call}," for _, call in pool))
-    strategy = ULTIMATUM_STRATEGY.substitute(pie=pie, percent=rng.choice((50, 50, 60)))
+    strategy = program("ultimatum_strategy.py.j2", pie=pie, percent=rng.choice((50, 50, 60)))
     return {"strategy.py": strategy, EVALUATION: evaluate}
 
 
 # ---- knapsack ------------------------------------------------------------------------------------------
-
-KNAPSACK_EVALUATE = _instance_scorer(
-    """Scores `select_items` from heuristic.py on INSTANCES seeded random 0/1 knapsack instances.
-
-Per instance the score is the value you pack divided by the optimum (dynamic programming); an overweight
-or malformed selection fails the evaluation. Prints one JSON object: {"Score": mean ratio}.
-""",
-    (), "MAX_WEIGHT = $max_weight\nCAPACITY_SHARE = ($cap_lo, $cap_hi)  # of the instance's total weight\n",
-    '''def make_instance(rng: random.Random) -> tuple[list[int], list[int], int]:
-    n = rng.randint(MIN_ITEMS, MAX_ITEMS)
-    weights = [rng.randint(1, MAX_WEIGHT) for _ in range(n)]
-    # Values loosely track weights, which is what makes greedy rules fall short of the optimum.
-    values = [max(1, round(w * rng.uniform(0.6, 1.6)) + rng.randint(0, 5)) for w in weights]
-    return values, weights, max(1, int(sum(weights) * rng.uniform(*CAPACITY_SHARE)))
-
-
-def optimum(values: list[int], weights: list[int], capacity: int) -> int:
-    best = [0] * (capacity + 1)
-    for value, weight in zip(values, weights):
-        for room in range(capacity, weight - 1, -1):
-            best[room] = max(best[room], best[room - weight] + value)
-    return best[capacity]
-
-
-def packed_value(selection, values: list[int], weights: list[int], capacity: int) -> int:
-    """The selection's total value; raises on repeated or unknown items and on overweight."""
-    chosen = [int(i) for i in selection]
-    if len(set(chosen)) != len(chosen) or not all(0 <= i < len(values) for i in chosen):
-        raise ValueError(f"select_items must return distinct item indices in 0..{len(values) - 1}, got {chosen}")
-    weight = sum(weights[i] for i in chosen)
-    if weight > capacity:
-        raise ValueError(f"the selection weighs {weight}, over the capacity {capacity}")
-    return sum(values[i] for i in chosen)''',
-    "select_items", """\
-            values, weights, capacity = make_instance(rng)
-            selection = select_items(list(values), list(weights), capacity)
-            ratios.append(packed_value(selection, values, weights, capacity) / optimum(values, weights, capacity))
-""")
 
 KNAPSACK_BASELINES: dict[str, tuple[str, str]] = {
     "most valuable first": ("greedily packs the most valuable items that still fit", "-values[i]"),
     "lightest first": ("greedily packs the lightest items while they fit", "weights[i]"),
 }
 
-KNAPSACK_HEURISTIC = Template('''\
-"""Your 0/1 knapsack heuristic: edit `select_items` and keep its signature.
-
-evaluate.py calls select_items(values, weights, capacity) on random instances. Return the indices of the
-items to pack, each at most once, with total weight at most the capacity.
-"""
-
-
-def select_items(values: list[int], weights: list[int], capacity: int) -> list[int]:
-    """Baseline: $summary."""
-    chosen, load = [], 0
-    for i in sorted(range(len(values)), key=lambda i: $key):
-        if load + weights[i] <= capacity:
-            chosen.append(i)
-            load += weights[i]
-    return chosen
-
-
-if __name__ == "__main__":
-    # Self-test on a tiny instance.
-    picked = select_items([6, 5, 4], [4, 3, 2], 5)
-    assert sum([4, 3, 2][i] for i in picked) <= 5
-    print(f"select_items packs items {picked}")
-''')
-
 
 def _knapsack_files(game: Game, rng: random.Random) -> dict[str, str]:
     cap_lo = rng.choice((0.25, 0.3, 0.35))
-    evaluate = KNAPSACK_EVALUATE.substitute(
-        instances=game.instances, lo=game.items[0], hi=game.items[1], max_weight=rng.choice((20, 30, 50)),
+    evaluate = program(
+        "knapsack_evaluate.py.j2", instances=game.instances, lo=game.items[0], hi=game.items[1], max_weight=rng.choice((20, 30, 50)),
         cap_lo=cap_lo, cap_hi=round(cap_lo + 0.2, 2), seed=rng.randrange(10_000))
     summary, key = KNAPSACK_BASELINES[rng.choice(sorted(KNAPSACK_BASELINES))]
-    return {"heuristic.py": KNAPSACK_HEURISTIC.substitute(summary=summary, key=key), EVALUATION: evaluate}
+    return {"heuristic.py": program("knapsack_heuristic.py.j2", summary=summary, key=key), EVALUATION: evaluate}
 
 
 # ---- bin packing ---------------------------------------------------------------------------------------
-
-BIN_EVALUATE = _instance_scorer(
-    """Scores `pack_items` from heuristic.py on INSTANCES seeded random bin-packing instances.
-
-Per instance the score is the lower bound ceil(total size / CAPACITY) divided by the number of bins you
-use; an overfull bin or a lost or repeated item fails the evaluation. Prints {"Score": mean ratio}.
-""",
-    ("math",), "MIN_SIZE, MAX_SIZE = $size_lo, $size_hi\nCAPACITY = $capacity\n",
-    '''def bins_used(bins, sizes: list[int]) -> int:
-    """Non-empty bins; raises unless every item is packed exactly once and no bin overflows."""
-    bins = [[int(i) for i in b] for b in bins]
-    if sorted(i for b in bins for i in b) != list(range(len(sizes))):
-        raise ValueError("pack_items must place every item index exactly once")
-    for b in bins:
-        if sum(sizes[i] for i in b) > CAPACITY:
-            raise ValueError(f"bin {b} holds {sum(sizes[i] for i in b)}, over the capacity {CAPACITY}")
-    return sum(1 for b in bins if b)''',
-    "pack_items", """\
-            sizes = [rng.randint(MIN_SIZE, MAX_SIZE) for _ in range(rng.randint(MIN_ITEMS, MAX_ITEMS))]
-            used = bins_used(pack_items(list(sizes), CAPACITY), sizes)
-            ratios.append(math.ceil(sum(sizes) / CAPACITY) / used)
-""")
 
 BIN_BASELINES: dict[str, str] = {
     "next fit": '''def pack_items(sizes: list[int], capacity: int) -> list[list[int]]:
@@ -612,28 +359,12 @@ BIN_BASELINES: dict[str, str] = {
     return bins''',
 }
 
-BIN_HEURISTIC = Template('''\
-"""Your bin-packing heuristic: edit `pack_items` and keep its signature.
-
-evaluate.py calls pack_items(sizes, capacity) on random instances. Return a list of bins, each a list of
-item indices, placing every item exactly once and keeping every bin's total size within the capacity.
-"""
-
-
-$function
-
-
-if __name__ == "__main__":
-    # Self-test on a tiny instance.
-    print(f"pack_items packs [5, 7, 3, 4] into {pack_items([5, 7, 3, 4], 10)}")
-''')
-
 
 def _bin_files(game: Game, rng: random.Random) -> dict[str, str]:
-    evaluate = BIN_EVALUATE.substitute(
-        instances=game.instances, lo=game.items[0], hi=game.items[1], size_lo=game.sizes[0], size_hi=game.sizes[1],
+    evaluate = program(
+        "bin_evaluate.py.j2", instances=game.instances, lo=game.items[0], hi=game.items[1], size_lo=game.sizes[0], size_hi=game.sizes[1],
         capacity=game.capacity, seed=rng.randrange(10_000))
-    heuristic = BIN_HEURISTIC.substitute(function=BIN_BASELINES[rng.choice(sorted(BIN_BASELINES))])
+    heuristic = program("bin_heuristic.py.j2", function=BIN_BASELINES[rng.choice(sorted(BIN_BASELINES))])
     return {"heuristic.py": heuristic, EVALUATION: evaluate}
 
 
