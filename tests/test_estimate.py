@@ -156,3 +156,24 @@ def test_paper_scale_estimate_is_fast_and_arithmetic(tmp_path: Path) -> None:
     text = subprocess.run([sys.executable, "-m", "gymforge", "estimate", "--configfile", str(PAPER)],
                           cwd=tmp_path, capture_output=True, text=True, timeout=60).stdout
     assert "trajectories" in text and "GPU-h" in text and "total" in text
+
+
+def test_request_examples_train_every_request_and_auto_follows_the_longest_trajectory() -> None:
+    """Under `sft.example_unit: request` each teacher reply is an example holding the request before it, so the
+    SFT trains more tokens than one conversation per trajectory; `auto` picks `request` only when the student's
+    context is shorter than the longest kept trajectory (as the sft stage resolves it)."""
+    def plan(unit: str, max_length: int) -> dict:
+        return estimate(cfg_with(sft={"example_unit": unit}, train={"max_length": max_length}))["plan"]
+
+    longest = DEFAULTS["kept_tokens_max"].value
+    conversation, request = plan("conversation", 32768), plan("request", 32768)
+    assert request["kept_trajectories"] == conversation["kept_trajectories"]
+    assert request["sft_examples"] == pytest.approx(conversation["sft_examples"] * DEFAULTS["replies_per_kept"].value)
+    assert request["train_tokens"] == pytest.approx(
+        conversation["train_tokens"] * DEFAULTS["request_tokens_per_kept"].value / DEFAULTS["kept_tokens_mean"].value)
+    assert plan("auto", int(longest) + 1) == conversation
+    short = int(longest) - 1
+    assert plan("auto", short) == plan("request", short)
+    # each request example is cut at max_length: a tiny context bounds the tokens per reply
+    assert plan("request", 256)["train_tokens"] == pytest.approx(
+        request["sft_examples"] * 256 * GymforgeConfig().train.epochs)

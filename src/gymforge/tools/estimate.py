@@ -44,6 +44,7 @@ from gymforge.rl.memory import advice, params_of, rl_update_memory
 from gymforge.benchmark.suite import BUILTIN, BenchmarkError, mlgym_tasks
 from gymforge.core.plan import SERVED_SOURCES, shard_rollouts
 from gymforge.core.records import ShardRecord
+from gymforge.stages.sft import resolve_unit
 
 # ---- default constants ----------------------------------------------------------------------------------
 
@@ -105,7 +106,13 @@ DEFAULTS: dict[str, Constant] = {
     "eval_exec_s_per_step": Constant(4.63, "assumption", "= rollout_exec_s_per_step"),
     # SFT and training
     "kept_tokens_mean": Constant(5164.5, "offline", "mean student tokens of the 53 kept examples (offline BPE "
-                                 "tokenizer); training counts min(this, train.max_length) per example"),
+                                 "tokenizer); a conversation example trains min(this, train.max_length)"),
+    "kept_tokens_max": Constant(6442, "offline", "the longest of 35 kept trajectories (student tokens): "
+                                "sft.example_unit auto is `request` when train.max_length is shorter"),
+    "request_tokens_per_kept": Constant(36923.1, "offline", "1,292,307 tokens of 378 request examples from 35 kept "
+                                        "trajectories: each request repeats the conversation before its reply"),
+    "replies_per_kept": Constant(10.8, "offline", "378 teacher replies in 35 kept trajectories (one request "
+                                 "example each, none longer than train.max_length)"),
     "train_tokens_per_s_per_gpu": Constant(math.nan, "assumption", f"{TRAIN_MFU:.0%} MFU of an H100's "
                                            f"{GPU_PEAK_FLOPS / 1e12:.0f} TFLOP/s bf16 at 6 x params FLOPs per "
                                            "token (8 x with gradient checkpointing); attention FLOPs ignored"),
@@ -325,10 +332,18 @@ def measure(results: Path, *, shard_sample: int = 64) -> Measured:
     if stats and stats.get("rollouts"):
         m.put("kept_per_rollout", stats["kept"] / stats["rollouts"], f"{stats['kept']} kept of {stats['rollouts']} "
               f"rollouts (filter.max_tokens {cfg.filter.max_tokens})")
-        mean = (stats.get("tokens", {}).get("kept") or {}).get("mean")
-        if mean:
-            m.put("kept_tokens_mean", mean, f"mean student tokens of {stats['kept']} kept examples "
+        kept_tokens = stats.get("tokens", {}).get("kept") or {}
+        if kept_tokens.get("mean"):
+            m.put("kept_tokens_mean", kept_tokens["mean"], f"mean student tokens of {stats['kept']} kept examples "
                   f"(student {cfg.train.student})")
+            m.put("kept_tokens_max", kept_tokens.get("max"), f"the longest of {stats['kept']} kept trajectories "
+                  f"(student {cfg.train.student})")
+        request = (stats.get("units") or {}).get("request") or {}
+        if stats["kept"] and request.get("examples"):
+            m.put("request_tokens_per_kept", request["tokens"] / stats["kept"], f"{request['tokens']:,} tokens of "
+                  f"{request['examples']} request examples from {stats['kept']} kept trajectories")
+            m.put("replies_per_kept", request["replies"] / stats["kept"], f"{request['replies']} teacher replies in "
+                  f"{stats['kept']} kept trajectories")
 
     # training
     report = _json(results / "checkpoints" / cfg.train.name / "train_report.json")
@@ -482,15 +497,24 @@ def estimate(cfg: GymforgeConfig, measured: Measured | None = None) -> dict[str,
 
     # SFT
     kept = rollouts * c("kept_per_rollout")
-    tokens_per_example = min(c("kept_tokens_mean"), cfg.train.max_length)
+    max_length = cfg.train.max_length
+    unit = resolve_unit(cfg.sft.example_unit, max_length, int(c("kept_tokens_max")))
+    if unit == "request":  # one example per reply, each at most max_length tokens
+        examples_per_kept = c("replies_per_kept")
+        tokens_per_kept = min(c("request_tokens_per_kept"), examples_per_kept * max_length)
+    else:
+        examples_per_kept, tokens_per_kept = 1.0, min(c("kept_tokens_mean"), max_length)
+    examples = kept * examples_per_kept
+    tokens_per_example = tokens_per_kept / examples_per_kept
     st = StageEstimate("sft", kept, "kept")
-    st.note = (f"{kept:,.0f} kept trajectories ({c('kept_per_rollout'):.3f} per rollout), "
-               f"~{tokens_per_example:,.0f} tokens each (cut to train.max_length {cfg.train.max_length})")
+    st.note = (f"{kept:,.0f} kept trajectories ({c('kept_per_rollout'):.3f} per rollout) -> {examples:,.0f} "
+               f"{unit} examples (sft.example_unit {cfg.sft.example_unit}) of ~{tokens_per_example:,.0f} tokens "
+               f"(at most train.max_length {max_length})")
     stages.append(st)
 
     # training
     train = cfg.train
-    train_tokens = kept * tokens_per_example * train.epochs
+    train_tokens = examples * tokens_per_example * train.epochs
     st = StageEstimate("training", 1, "checkpoint")
     params = params_of(train.student)
     tps = c("train_tokens_per_s_per_gpu")
@@ -503,7 +527,7 @@ def estimate(cfg: GymforgeConfig, measured: Measured | None = None) -> dict[str,
     if train.gpus and math.isfinite(tps) and tps > 0:
         st.gpu_hours = train_tokens / tps / 3600
         lora = " (LoRA: fewer FLOPs than assumed)" if train.lora.enabled else ""
-        st.note = (f"{train.student}: {train.epochs:g} epochs x {kept:,.0f} examples x {tokens_per_example:,.0f} tokens"
+        st.note = (f"{train.student}: {train.epochs:g} epochs x {examples:,.0f} examples x {tokens_per_example:,.0f} tokens"
                    f" = {train_tokens / 1e6:,.1f}M tokens at {tps:,.0f} tokens/s/GPU -> ~{st.gpu_hours / train.gpus:.1f} h"
                    f" on {train.gpus} GPUs ({train.strategy}){lora}")
     elif train.gpus:
@@ -593,7 +617,8 @@ def estimate(cfg: GymforgeConfig, measured: Measured | None = None) -> dict[str,
         "budget_usd": cfg.llm.budget_usd,
         "measured_from": str(measured.results) if measured and measured.values else None,
         "plan": {"topic_slots": n, "topic_batches": batches, "kept_topics": kept_topics, "verified_tasks": verified,
-                 "rollouts": rollouts, "shards": shards, "kept_trajectories": kept, "train_tokens": train_tokens,
+                 "rollouts": rollouts, "shards": shards, "kept_trajectories": kept, "sft_examples": examples,
+                 "train_tokens": train_tokens,
                  "eval_runs": st.items, "eval_tasks": n_tasks, "rl_episodes": episodes},
         "stages": [s.__dict__ for s in stages],
         "evaluate_models": per_model,
