@@ -18,7 +18,7 @@ rule rollout_shard:
     wildcard_constraints:
         shard=r"\d{4}",
     params:
-        digest=CFG.digest("seed", "teacher", "sandbox", "trajectories"),
+        digest=CFG.digest("seed", "teacher", "sandbox", "agent", "trajectories"),
         # The rollout indices this shard holds: changing per_task or shard_size reruns only the shards it changes.
         rollouts=lambda w: ",".join(map(str, shard_rollouts(CFG, int(w.shard)))),
     resources:

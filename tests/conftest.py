@@ -23,3 +23,15 @@ def pytest_collection_modifyitems(config, items):
         if shared is None and "docker" in item.nodeid:  # the attack matrix asks for the daemon by name
             shared = "docker_backend"
         item.add_marker(pytest.mark.xdist_group(shared or item.nodeid.split("::")[0]))
+
+
+@pytest.fixture(scope="session")
+def bwrap_backend():
+    """The local sandbox under bubblewrap (skips where bubblewrap cannot run), for tests whose checks need real
+    confinement (read-only mounts, no network): the post-training tasks' tests."""
+    from gymforge.sandbox import SandboxError, get_sandbox
+
+    try:
+        return get_sandbox("local", confinement="bwrap")
+    except SandboxError as err:
+        pytest.skip(f"bubblewrap unavailable: {err}")

@@ -102,8 +102,9 @@ def test_no_import_cycles_between_modules() -> None:
 
 
 def test_evalkit_imports_nothing_of_gymforge() -> None:
-    """evalkit/ runs inside evaluation sandboxes, where gymforge is not installed (standard library only)."""
-    for path in sorted((SRC / "evalkit").glob("*.py")):
+    """evalkit/ runs inside evaluation sandboxes, where gymforge is not installed (standard library only); so do the
+    workflow skills (skills/, in the agent's sandbox)."""
+    for path in sorted([*(SRC / "evalkit").glob("*.py"), *(SRC / "skills").glob("*.py")]):
         for node in ast.walk(ast.parse(path.read_text())):
             if isinstance(node, (ast.Import, ast.ImportFrom)):
                 assert not _is_gymforge(node), f"{path.name}:{node.lineno} imports gymforge"

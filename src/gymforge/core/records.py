@@ -102,7 +102,7 @@ class ProbeOutcome(BaseModel):
     """One evaluator probe (`gymforge.tasks.probes`): a knowledge-free degenerate submission and its fate."""
 
     name: str
-    kind: Literal["csv", "python", "model"]
+    kind: Literal["csv", "python", "model", "posttraining"]
     description: str
     submission_file: str = Field(description="The workspace file the probe wrote (the one quoted below).")
     submission: str = Field(description="The start of that file.")
@@ -128,6 +128,11 @@ class VerificationIteration(BaseModel):
                                        "(`gymforge.tasks.probes`), after its baseline.")
     gameable: bool = Field(False, description="A probe beat the baseline: the iteration failed for a gameable "
                            "evaluator.")
+    headroom: dict[str, Any] | None = Field(None, description="Post-training tasks: the reference SFT against the "
+                                            "base (`gymforge.tasks.posttraining.Headroom`: metric, base, reference, "
+                                            "ok, reason, sft).")
+    no_headroom: bool = Field(False, description="The reference SFT did not beat the base model: the iteration "
+                              "failed for want of headroom.")
     timings_s: dict[str, float] = {}
 
 
@@ -248,6 +253,11 @@ class AgentInfo(BaseModel):
     confinement: str | None = None  # what confined it ("bwrap", "docker", "unshare-net", "none"); None: not reported
     flags: list[Flag] = Field(default_factory=list)  # every suspicious-action flag of the episode (gymforge.agent.audit)
     audit_notes: list[str] = Field(default_factory=list)  # where the audit could not see everything
+    # What the interface comparison counts (agent.interface, docs/post-training.md#workflow-interface): the agent's
+    # actions that failed (non-zero exit, timeout, refused command, tool error, an evaluation with nothing to score)
+    # and train-to-eval iterations (scored evaluations with training finished since the previous one).
+    failed_actions: int = 0
+    train_eval_iterations: int = 0
 
 
 class TrajectoryStep(BaseModel):

@@ -16,6 +16,7 @@ from gymforge.core.records import (GenerationRecord, ProposalRecord, Verificatio
 from gymforge.rl.rewards import metric_direction
 from gymforge.stages.generation import draft_code, draft_configs, materialize_task
 from gymforge.tasks.files import answer_columns
+from gymforge.tasks.posttraining import PostTrainingError, check_headroom
 from gymforge.tasks.probes import CheckError, evidence, probe_environment
 from gymforge.agent.errors import EvaluationFormatError, SubmissionNotFound
 from gymforge.llm.client import make_client
@@ -89,6 +90,24 @@ def probe_evaluator(env, baseline: dict[str, float], metric: str, higher_is_bett
     return not report.gameable
 
 
+def reference_headroom(cfg: GymforgeConfig, env, baseline: dict[str, float], higher_is_better: bool,
+                       it: VerificationIteration) -> bool:
+    """Post-training tasks: a short reference SFT of the base (`post_training.reference_sft`) must beat the base
+    model, the baseline; recorded in `it`. False (with the reason in `it.errors`) when it does not."""
+    started = time.monotonic()
+    try:
+        found = check_headroom(env, baseline, cfg.post_training.reference_sft, higher_is_better)
+    except (PostTrainingError, OSError, RuntimeError, ValueError) as err:
+        it.errors.append(f"the reference SFT failed: {type(err).__name__}: {err}")
+        return False
+    finally:
+        it.timings_s["reference_sft"] = round(time.monotonic() - started, 3)
+    it.headroom, it.no_headroom = found.model_dump(), not found.ok
+    if not found.ok:
+        it.errors.append(found.reason)
+    return found.ok
+
+
 def _attempt(cfg: GymforgeConfig, tree: Path, work: Path, hidden, episode_dir: Path, seed: int,
              it: VerificationIteration, metric_text: str):
     """Baseline + evaluation, the evaluator probes, then one teacher episode. Errors land in `it.errors`;
@@ -100,6 +119,8 @@ def _attempt(cfg: GymforgeConfig, tree: Path, work: Path, hidden, episode_dir: P
     metric, higher_is_better = proposal_metric(metric_text, report.metrics)
     if cfg.verification.probes and not probe_evaluator(env, report.metrics, metric, higher_is_better,
                                                        derive_seed(seed, "probes"), it):
+        return None
+    if env.post_training is not None and not reference_headroom(cfg, env, report.metrics, higher_is_better, it):
         return None
 
     started = time.monotonic()
@@ -164,7 +185,8 @@ def _verify(cfg: GymforgeConfig, slot: str, proposal: ProposalRecord, configs: G
                 break
             if iteration == cfg.verification.max_iterations:
                 report.status = "discarded"
-                report.reason_code = "gameable_evaluator" if it.gameable else "verification_failed"
+                report.reason_code = ("gameable_evaluator" if it.gameable else "no_headroom" if it.no_headroom
+                                      else "verification_failed")
                 report.reason = f"still failing after {iteration} iterations: " + "; ".join(it.errors)[:EXCERPT]
                 break
             # The self-debug loop: repair the code with the errors (p_debug) or regenerate from the configs.

@@ -21,6 +21,7 @@ import shutil
 import stat
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path, PurePosixPath
 from typing import Any
 
@@ -29,6 +30,7 @@ from pydantic import BaseModel
 from gymforge.core import atomic
 from gymforge.core.gpus import gpu_count
 from gymforge.core.metrics import valid_metric
+from gymforge.core.records import Flag
 from gymforge.agent.errors import EvaluationFormatError, SubmissionNotFound
 from gymforge.tasks.mlgym import (
     DatasetConfig,
@@ -43,7 +45,7 @@ from gymforge.sandbox import ExecResult, Limits, Mount, SandboxBackend, Session,
 from gymforge.sandbox.base import WORKDIR
 from gymforge.hub.data import quiet_datasets
 from gymforge.tasks.datacache import sandbox_view
-from gymforge.tasks import prepare
+from gymforge.tasks import posttraining, prepare
 
 SECRETS_ENV = "GYMFORGE_SECRETS"
 EVALKIT = Path(__file__).resolve().parents[1] / "evalkit"  # gymforge/evalkit: copied into every evaluation
@@ -219,6 +221,8 @@ class TaskEnvironment:
         gpus: int | None = None,
         hidden_columns: dict[str, list[str]] | None = None,
         dataset_cache: Path | None = None,
+        base_model: str | None = None,
+        model_cache: Path | None = None,
     ) -> None:
         self.task_yaml = Path(task_yaml).resolve()
         self.root = Path(root).resolve() if root is not None else default_root(self.task_yaml)
@@ -243,6 +247,13 @@ class TaskEnvironment:
         self._session: Session | None = None  # the episode's open session: its limits bound the submission too
         self.install_s: float | None = None
         self.workdir = sandbox.workdir(self.workspace)
+        # Post-training tasks (tasks/posttraining.py): `base_model` overrides the task's base, `model_cache` holds
+        # the base models built or fetched for them.
+        try:
+            self.post_training = posttraining.load(self.root, self.task, self._layout(), base_model=base_model,
+                                                   cache=model_cache)
+        except posttraining.PostTrainingError as err:
+            raise InstallError(str(err)) from None
 
     @classmethod
     def from_id(cls, root: Path, task_id: str, **kwargs: Any) -> TaskEnvironment:
@@ -273,7 +284,8 @@ class TaskEnvironment:
         """What the agent's sessions and the baseline get: data and (maybe) the evaluation script, read-only,
         and the fetched hub datasets the task loads by id."""
         ro = [self.task.evaluation_paths[0]] if self.task.evaluation_read_only else []
-        return self._data_mounts() + self._workspace_mounts(ro) + self._hub_mounts
+        base = self.post_training.mounts() if self.post_training is not None else []
+        return self._data_mounts() + self._workspace_mounts(ro) + self._hub_mounts + base
 
     def _data_mounts(self) -> list[Mount]:
         return self._workspace_mounts(self._data_targets())
@@ -462,6 +474,8 @@ class TaskEnvironment:
     def _artefact(self) -> str | None:
         """The artefact's path in the workspace (docs/integrity.md); None for LM tasks, which have none to check."""
         entrypoint = self.task.task_entrypoint
+        if self.post_training is not None:
+            return self.post_training.artefact(self.workspace)
         if entrypoint == "CSVSubmissionTasks":
             if not _regular(self.workspace, "submission.csv"):
                 raise SubmissionNotFound(
@@ -516,7 +530,10 @@ class TaskEnvironment:
             only = None if whole else ([artefact] if artefact and entrypoint != "PythonSubmissionTasks" else [])
             self._snapshot(scorer_ws, only, artefact)
             self._place_pristine(scorer_ws, everything=isolated)
-            if serve:
+            if serve and self.post_training is not None:  # only the model, checked and rebuilt from the base
+                self._snapshot(ev / "submission", [posttraining.ARTEFACT], artefact)
+                self.post_training.admit(ev / "submission")
+            elif serve:
                 self._snapshot(ev / "submission", None, artefact)
             make_readable(ev)  # the sandboxes' users own nothing here and only read it
             result, metrics_text, status, server = self._score(ev, scorer_ws, artefact, isolated, serve)
@@ -654,6 +671,13 @@ class TaskEnvironment:
         elif not self.has_secrets and not isolated:
             message += f"; output tail (stdout and stderr):\n{_excerpt(result.output)}"
         return EvaluationFailed(message, detail=result.output)
+
+    def audit_checks(self) -> list[Callable[[], list[Flag]]]:
+        """Checks of this task's kind that the audit runs after every step (gymforge.agent.audit): for post-training
+        tasks, the agent's own data files against the held-out prompts."""
+        if self.post_training is None or not self.secrets_dir.is_dir():
+            return []
+        return [self.post_training.watch(self.workspace, self.secrets_dir, self._data_targets())]
 
     # -- output ---------------------------------------------------------------------------------
 

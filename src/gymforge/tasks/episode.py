@@ -14,7 +14,7 @@ import shutil
 import threading
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 from gymforge.agent.loop import Agent, AgentConfig, AgentTask
 from gymforge.agent.trajectory import Trajectory
@@ -22,6 +22,8 @@ from gymforge.core.config import GymforgeConfig
 from gymforge.tasks.environment import TaskEnvironment
 from gymforge.sandbox import Limits, SandboxBackend, get_sandbox
 from gymforge.tasks.datacache import cache_root
+from gymforge.tasks.posttraining import post_training_settings
+from gymforge.tasks.workflow import SkillsEnvironment, skills_for
 
 
 def sandbox_for(cfg: GymforgeConfig, gpus: int) -> SandboxBackend:
@@ -37,21 +39,41 @@ class EpisodeRunner:
     not thread-safe (its tqdm thread_map lock races between threads)."""
 
     def __init__(self, sandbox: SandboxBackend, limits: Limits, dataset_cache: Path | None = None,
-                 gpus: int | None = None) -> None:
+                 gpus: int | None = None, interface: str | Callable[[], str] = "cli", *,
+                 post_training: Callable[[], tuple[str | None, Path]] | None = None) -> None:
         self.sandbox, self.limits, self.dataset_cache, self.gpus = sandbox, limits, dataset_cache, gpus
+        # Post-training tasks' base model and where it is built: (post_training.base_model, model cache), read only
+        # when a post-training task is installed, so jobs that never run one need not declare `post_training`.
+        self._post_training = post_training
+        self._interface = interface
         self._install_lock = threading.Lock()
 
     @classmethod
     def for_config(cls, cfg: GymforgeConfig, gpus: int) -> EpisodeRunner:
-        """The configured sandbox backend and limits; `gpus`: what the job declared (its episodes share them)."""
-        return cls(sandbox_for(cfg, gpus), Limits.from_config(cfg.sandbox), cache_root(cfg))
+        """The configured sandbox backend and limits; `gpus`: what the job declared (its episodes share them).
+        `agent.interface` is read when the first episode runs, so jobs that only install tasks need not declare
+        `agent`."""
+        return cls(sandbox_for(cfg, gpus), Limits.from_config(cfg.sandbox), cache_root(cfg),
+                   interface=lambda: cfg.agent.interface, post_training=post_training_settings(cfg))
+
+    @property
+    def interface(self) -> str:
+        """`agent.interface`: `cli`, or `workflow` (the skills, on post-training tasks: gymforge.tasks.workflow)."""
+        if callable(self._interface):
+            self._interface = self._interface()
+        return self._interface
 
     def environment(self, task_yaml: Path, *, root: Path, run_dir: Path,
-                    hidden_columns: dict[str, list[str]] | None = None) -> TaskEnvironment:
-        """A task environment in this runner's sandbox, with its limits and dataset cache."""
-        return TaskEnvironment(task_yaml, root=root, sandbox=self.sandbox, run_dir=run_dir, limits=self.limits,
-                               hidden_columns=hidden_columns, dataset_cache=self.dataset_cache,
-                               **({"gpus": self.gpus} if self.gpus is not None else {}))
+                    hidden_columns: dict[str, list[str]] | None = None, skills: bool = False) -> TaskEnvironment:
+        """A task environment in this runner's sandbox, with its limits and dataset cache; `skills`: its sessions
+        get the workflow skills (post-training tasks)."""
+        kind = SkillsEnvironment if skills else TaskEnvironment
+        env = kind(task_yaml, root=root, sandbox=self.sandbox, run_dir=run_dir, limits=self.limits,
+                    hidden_columns=hidden_columns, dataset_cache=self.dataset_cache,
+                    **({"gpus": self.gpus} if self.gpus is not None else {}))
+        if env.post_training is not None and self._post_training is not None:
+            env.post_training.configure(*self._post_training())
+        return env
 
     def _install(self, env: TaskEnvironment) -> None:
         with self._install_lock:
@@ -64,7 +86,8 @@ class EpisodeRunner:
     ) -> Trajectory:
         """One episode; `out_dir` receives MLGym's `<task>.traj` and results.json; `run_dir` is removed after."""
         loop = asyncio.get_running_loop()
-        env = self.environment(task_yaml, root=root, run_dir=run_dir, hidden_columns=hidden_columns)
+        workflow = self.interface == "workflow"
+        env = self.environment(task_yaml, root=root, run_dir=run_dir, hidden_columns=hidden_columns, skills=workflow)
         task = AgentTask(id=env.task.id, description=env.description, baseline=baseline, training_timeout=env.timeout)
         # The session is opened (and closed) in a thread that lives as long as the episode: a bwrap sandbox
         # dies with the thread that started it.
@@ -73,8 +96,10 @@ class EpisodeRunner:
             await loop.run_in_executor(opener, self._install, env)
             session = await loop.run_in_executor(opener, env.open_session)
             try:
+                skills = await loop.run_in_executor(opener, skills_for, env, baseline) if workflow else None
+                extra = {"interface": "workflow"} if skills is not None else {}
                 agent = Agent(llm, session, env, task, AgentConfig(max_steps=max_steps), seed=seed, mounts=env.mounts,
-                              out_dir=out_dir, meta={**meta, "sandbox": self.sandbox.name})
+                              out_dir=out_dir, meta={**meta, "sandbox": self.sandbox.name, **extra}, commands=skills)
                 traj = await agent.arun()
             finally:
                 await loop.run_in_executor(opener, session.close)

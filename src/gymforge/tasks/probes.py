@@ -20,6 +20,9 @@ The battery, per entrypoint:
   input, the input echoed, numbers made huge or hugely negative, None.
 - Model: the pickled model is wrapped the same way; its `predict` returns a constant, the wrong shape, an
   empty array or NaN.
+- Post-training (a `final_model/` folder, `gymforge.tasks.posttraining`): the base's weights with the final norm
+  zeroed (every reply the same token, empty once decoded) and re-initialised at each tensor's scale (a foreign
+  checkpoint, which admission must refuse).
 
 A probe set is evidence, not a proof: an evaluator can be wrong in ways no knowledge-free submission
 reveals, and exploits that need knowledge of the task (its answers, its instances) are out of scope.
@@ -44,6 +47,7 @@ import yaml
 from gymforge.agent.errors import EvaluationFormatError, SubmissionNotFound
 from gymforge.core.records import CheckReport, ProbeOutcome
 from gymforge.sandbox import beneath
+from gymforge.tasks import posttraining
 from gymforge.tasks.environment import TaskEnvironment
 
 ORIGINAL_MODULE = "_gymforge_original"
@@ -510,6 +514,36 @@ def model_probes(config_rel: str, config_text: bytes) -> list[Probe]:
 
 # -- running -----------------------------------------------------------------------------------------
 
+# -- post-training ----------------------------------------------------------------------------------------------
+
+
+def posttraining_probes(base: Path, seed: int) -> list[Probe]:
+    """Models built from the base's weights alone (a single `model.safetensors`): the final norm zeroed, so every
+    logit is 0 and every reply the same token (empty once decoded), and a re-initialised model of the same shapes
+    (a foreign checkpoint, which admission must refuse)."""
+    import torch
+    from safetensors.torch import load_file, save
+
+    if not (base / "model.safetensors").is_file():
+        return []
+    weights = load_file(str(base / "model.safetensors"))
+    rel = f"{posttraining.ARTEFACT}/model.safetensors"
+    norms = [n for n in weights if n.endswith("norm.weight") and ".layers." not in n]
+    probes = []
+    if norms:
+        flat = {**weights, norms[-1]: torch.zeros_like(weights[norms[-1]])}
+        probes.append(Probe("empty_generation", "posttraining",
+                            f"the base with {norms[-1]} zeroed: every logit 0, the same token each step", {rel: save(flat)},
+                            rel))
+    generator = torch.Generator().manual_seed(seed)
+    foreign = {n: (torch.randn(t.shape, generator=generator) * float(t.float().std().nan_to_num(0.02))).to(t.dtype)
+               for n, t in weights.items()}
+    probes.append(Probe("foreign_checkpoint", "posttraining",
+                        "weights of the base's shapes, re-initialised (not fine-tuned from the base)", {rel: save(foreign)},
+                        rel))
+    return probes
+
+
 def submission_modules(env: TaskEnvironment) -> list[str]:
     """The Python files of a PythonSubmissionTasks task that the agent writes (workspace paths).
 
@@ -533,9 +567,9 @@ class _Workspace:
     def __init__(self, root: Path) -> None:
         self.root = root
 
-    def read(self, rel: str) -> bytes | None:
+    def read(self, rel: str, limit: int = _MAX_ARTEFACT) -> bytes | None:
         try:
-            return beneath.read_bytes(self.root, rel, _MAX_ARTEFACT)
+            return beneath.read_bytes(self.root, rel, limit)
         except OSError:
             return None
 
@@ -552,7 +586,8 @@ class _Workspace:
             beneath.write_bytes(self.root, rel, data, create=True)
 
     def apply(self, files: dict[str, bytes]) -> dict[str, bytes | None]:
-        saved = {rel: self.read(rel) for rel in files}
+        # A probe's weights replace the baseline's of about the same size (post-training models: hundreds of MB).
+        saved = {rel: self.read(rel, max(_MAX_ARTEFACT, 2 * len(data))) for rel, data in files.items()}
         for rel, data in files.items():
             self._put(rel, data)
         return saved
@@ -579,6 +614,8 @@ def build_probes(env: TaskEnvironment, *, seed: int, sample: bytes | None = None
     """The probes for `env`'s task, from the artefact the baseline left in its workspace (or `sample`)."""
     ws = _Workspace(env.workspace)
     entrypoint = env.task.task_entrypoint
+    if env.post_training is not None:
+        return posttraining_probes(env.post_training.base_dir, seed)
     if entrypoint == "CSVSubmissionTasks":
         template = ws.read("submission.csv")
         if template is not None:

@@ -22,6 +22,7 @@ from gymforge.rl.rewards import metric_direction, stated_direction
 from gymforge.sandbox import Limits
 from gymforge.tasks.datacache import cache_root
 from gymforge.tasks.episode import EpisodeRunner, sandbox_for
+from gymforge.tasks.posttraining import post_training_settings
 from gymforge.tasks.mlgym import BENCHMARK_TASKS, load_task_config
 from gymforge.tasks.probes import CheckError, measure_baseline, probe_environment
 from gymforge.benchmark.suite import BUILTIN
@@ -61,7 +62,8 @@ def check_task(task_yaml: Path, root: Path | None = None, out: Path = Path("chec
         timeout = load_task_config(task_yaml).effective_training_timeout
         default = Limits.from_config(base.sandbox)
         limits = default.model_copy(update={"cpu_seconds": max(default.cpu_seconds, timeout * (os.cpu_count() or 1))})
-    runner = EpisodeRunner(sandbox_for(base, gpus), limits, dataset_cache, gpus=gpus)
+    runner = EpisodeRunner(sandbox_for(base, gpus), limits, dataset_cache, gpus=gpus,
+                           post_training=post_training_settings(base))
     env = runner.environment(task_yaml, root=root, run_dir=Path(out) / "probe",
                              hidden_columns=hidden_columns)
     env.install()

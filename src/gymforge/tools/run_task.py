@@ -35,6 +35,7 @@ from gymforge.tasks.mlgym import load_task_config
 from gymforge.sandbox import Limits
 from gymforge.tasks.datacache import cache_root
 from gymforge.tasks.episode import EpisodeRunner, sandbox_for
+from gymforge.tasks.posttraining import post_training_settings
 
 POLICIES = ("submit-baseline", "teacher", "replay")
 
@@ -153,12 +154,14 @@ def run_task(
     hidden_columns: dict[str, list[str]] | None = None,
     dataset_cache: Path | None = None,
     replay: Path | None = None,
+    settings: GymforgeConfig | None = None,
 ) -> Path:
     """Run one episode of the task at `task_yaml` (root: the tree holding it) and return the `.traj` path.
 
     `llm` overrides the teacher built from `cfg` (default config when None); `gpus` None detects them.
     `dataset_cache`: the fetched hub datasets (`gymforge.stages.datasets`) the task's non-local datasets load from.
     `replay`: the file whose replies the `replay` policy sends (a replay file alone implies that policy).
+    `settings`: the config post-training tasks' base model and model cache come from (default: `cfg`'s).
     """
     if replay is not None:
         policy = "replay"
@@ -176,7 +179,8 @@ def run_task(
         timeout = load_task_config(task_yaml).effective_training_timeout
         limits = Limits(cpu_seconds=max(Limits().cpu_seconds, timeout * (os.cpu_count() or 1)))
 
-    runner = EpisodeRunner(sandbox_for(run_cfg, gpus), limits, dataset_cache, gpus=gpus)
+    runner = EpisodeRunner(sandbox_for(run_cfg, gpus), limits, dataset_cache, gpus=gpus,
+                           post_training=post_training_settings(settings or run_cfg))
 
     def environment(name: str) -> TaskEnvironment:
         return runner.environment(task_yaml, root=root, run_dir=out / name, hidden_columns=hidden_columns)
@@ -226,7 +230,7 @@ def main(args: Any) -> None:
         raise SystemExit("gymforge run-task: --replay replaces --policy; give one of them")
     traj = run_task(Path(args.task_yaml), Path(args.root) if args.root else None, args.policy, Path(args.out),
                     sandbox=args.sandbox, cfg=cfg, seed=args.seed, max_steps=args.max_steps, gpus=args.gpus,
-                    dataset_cache=cache, replay=Path(args.replay) if args.replay else None)
+                    dataset_cache=cache, replay=Path(args.replay) if args.replay else None, settings=settings)
     info = read_trajectory(traj).info
     print(f"{traj}: {info.exit_status}; scores {info.score}")
     for flag in info.flags:
