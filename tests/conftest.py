@@ -35,3 +35,22 @@ def bwrap_backend():
         return get_sandbox("local", confinement="bwrap")
     except SandboxError as err:
         pytest.skip(f"bubblewrap unavailable: {err}")
+
+
+@pytest.fixture(scope="session")
+def rule_reads(tmp_path_factory):
+    """{rule: its declared config sections}, as the Snakefile writes them for the jobs (a dry run of a copy of the
+    workflow): tests that call a step's function directly run it under its rule's view
+    (`gymforge.core.configview.restrict`), as its Snakemake job would."""
+    import json
+    import subprocess
+    import sys
+
+    from workflow_copy import copy_workflow
+
+    workdir = copy_workflow(tmp_path_factory.mktemp("reads"), "rules", "report")
+    proc = subprocess.run([sys.executable, "-m", "snakemake", "-n", "--cores", "1", "--quiet", "all"], cwd=workdir,
+                          capture_output=True, text=True, timeout=300, check=False)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    (written,) = (workdir / "results" / ".gymforge").glob("reads-*.json")
+    return {rule: entry["reads"] for rule, entry in json.loads(written.read_text()).items()}

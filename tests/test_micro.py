@@ -13,6 +13,7 @@ import pandas as pd
 import pytest
 
 from gymforge.core.config import ConfigError, GymforgeConfig, validate_config
+from gymforge.core.configview import restrict
 from gymforge.core.records import VerificationIteration, VerificationReport
 from gymforge.stages.micro import MicroReport, choose_rows, micro_task, scale_repeats, shrink_task
 
@@ -204,7 +205,7 @@ def test_unverified_task_yields_a_skipped_micro_report(tmp_path):
 
 
 @pytest.mark.slow
-def test_micro_task_is_verified_with_its_own_baseline(tmp_path):
+def test_micro_task_is_verified_with_its_own_baseline(tmp_path, rule_reads):
     from gymforge.offline.families.data_heavy import build_task
     from gymforge.stages.verification import check_baseline
 
@@ -219,7 +220,9 @@ def test_micro_task_is_verified_with_its_own_baseline(tmp_path):
         item="t0004", status="ok", task_id=built.task_id, entrypoint=built.entrypoint, iterations=[it],
         baseline_scores=[it.baseline_scores], hidden_columns=built.hidden_columns,
         metric=next(iter(it.baseline_scores)), higher_is_better=True).model_dump_json())
-    report = micro_task(cfg, "t0004", tmp_path / "env" / "report.json", tmp_path / "env" / "verified",
+    # under micro_task's config view, as its Snakemake job runs it: a read its rule does not declare fails
+    view = restrict(cfg, rule_reads["micro_task"], step="micro_task")
+    report = micro_task(view, "t0004", tmp_path / "env" / "report.json", tmp_path / "env" / "verified",
                         tmp_path / "micro" / "report.json", tmp_path / "micro" / "verified")
     assert report.status == "ok", report.reason
     assert report.hidden_columns == built.hidden_columns == {"test": ["digit"]}

@@ -22,6 +22,7 @@ import pytest
 from gymforge.agent.tools import is_training_command
 from gymforge.core.records import AgentInfo, Flag, Trajectory, TrajectoryStep
 from gymforge.core.config import GymforgeConfig, RewardConfig
+from gymforge.core.configview import restrict
 from gymforge.rl import grpo
 from gymforge.rl.rewards import Episode, TaskMetric, episode_reward, improvement, metric_direction
 
@@ -370,7 +371,7 @@ def test_resume_after_kill_between_iterations(student: Path, tmp_path: Path) -> 
     assert not (killed / "checkpoint" / "optimizer.pt").exists()
 
 
-def test_curve_schema_and_update(student: Path, tmp_path: Path) -> None:
+def test_curve_schema_and_update(student: Path, tmp_path: Path, rule_reads: dict[str, list[str]]) -> None:
     from gymforge.stages.rl import run_rl
 
     cfg = make_cfg(iterations=2, improve_fraction=0.5)
@@ -380,7 +381,8 @@ def test_curve_schema_and_update(student: Path, tmp_path: Path) -> None:
         seen_plans.append(plans)
         return [(p, fake_episode(p.seed, k % 2 == 0), 1.0) for k, p in enumerate(plans)]
 
-    curve = run_rl(cfg, student, fake_tasks(tmp_path / "task"), tmp_path / "rl" / "checkpoint",
+    view = restrict(cfg, rule_reads["train_rl"], step="train_rl")  # as train_rl's Snakemake job reads the config
+    curve = run_rl(view, student, fake_tasks(tmp_path / "task"), tmp_path / "rl" / "checkpoint",
                      tmp_path / "rl" / "curve.json", collect=collect)
     rows = curve["iterations"]
     assert [r["iteration"] for r in rows] == [0, 1]
