@@ -1,4 +1,4 @@
-"""What a task's evaluation raises to the agent loop (`TaskEvaluator.evaluate`; `gymforge.tasks.environment` raises
+"""What a task's evaluation raises to the agent loop (`TaskEvaluator.evaluate`; `gymforge.tasks.scoring` raises
 them, the loop shows them to the model)."""
 
 

@@ -553,7 +553,7 @@ def submission_modules(env: TaskEnvironment) -> list[str]:
     evaluation = set(env.task.evaluation_paths)
     if env.task.baseline_paths and env.task.baseline_paths[0] not in evaluation:
         return [env.task.baseline_paths[0]]  # (MLGym's games name their evaluation as the baseline)
-    layout = env._layout()
+    layout = env.installation.layout()
     candidates = [d for d in layout if d.endswith(".py") and d not in evaluation
                   and not PurePosixPath(d).name.startswith("_")]
     named = [c for c in candidates if re.search(rf"(?<![\w/]){re.escape(PurePosixPath(c).name)}\b",
@@ -626,7 +626,7 @@ def build_probes(env: TaskEnvironment, *, seed: int, sample: bytes | None = None
                 for p in python_probes(module, source)]
     if entrypoint == "ModelSubmissionTasks":
         try:
-            config = env._artefact()
+            config = env.scoring.artefact()
         except SubmissionNotFound:
             return []
         text = ws.read(config) if config else None
