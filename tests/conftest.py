@@ -39,9 +39,9 @@ def bwrap_backend():
 
 @pytest.fixture(scope="session")
 def rule_reads(tmp_path_factory):
-    """{rule: its declared config sections}, as the Snakefile writes them for the jobs (a dry run of a copy of the
-    workflow): tests that call a step's function directly run it under its rule's view
-    (`gymforge.core.configview.restrict`), as its Snakemake job would."""
+    """{rule: {"reads": its declared config sections, "file": its rules/*.smk}}, as the Snakefile writes them for
+    the jobs (a dry run of a copy of the workflow): tests that call a step's function directly run it under its
+    rule's view (`gymforge.core.configview.restrict`), as its Snakemake job would."""
     import json
     import subprocess
     import sys
@@ -53,4 +53,4 @@ def rule_reads(tmp_path_factory):
                           capture_output=True, text=True, timeout=300, check=False)
     assert proc.returncode == 0, proc.stderr[-3000:]
     (written,) = (workdir / "results" / ".gymforge").glob("reads-*.json")
-    return {rule: entry["reads"] for rule, entry in json.loads(written.read_text()).items()}
+    return json.loads(written.read_text())

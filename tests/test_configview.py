@@ -8,17 +8,15 @@ rule under it; here: the view itself, the CLI's wiring, and every rule's declara
 from __future__ import annotations
 
 import inspect
-import json
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
-from workflow_copy import copy_workflow
 
 from gymforge import cli
 from gymforge.core.config import READABLE_EVERYWHERE, GymforgeConfig, SandboxConfig
 from gymforge.core.configview import READS_ENV, UndeclaredConfigRead, restrict, write_declared
+
+REPO = Path(__file__).resolve().parents[1]
 
 
 def test_a_step_reading_an_undeclared_section_fails_naming_the_rule_the_key_and_the_fix(tmp_path, monkeypatch):
@@ -137,22 +135,17 @@ def _takes_config(target: str) -> bool:
     return "cfg" in inspect.signature(cli._step_function(target)).parameters
 
 
-def test_every_rule_that_runs_a_step_declares_the_sections_its_step_reads(tmp_path):
+def test_every_rule_that_runs_a_step_declares_the_sections_its_step_reads(rule_reads):
     """The Snakefile writes every rule's declaration (its `CFG.digest(...)` params) for the jobs to read, parsed
-    here by a dry run of a copy of the workflow. Each step's job looks its rule up by the step's name; a step that
-    reads the config must declare something, and only paths that `rerun_view` has."""
-    workdir = copy_workflow(tmp_path, "rules", "report")
-    proc = subprocess.run([sys.executable, "-m", "snakemake", "-n", "--cores", "1", "--quiet", "all"], cwd=workdir,
-                          capture_output=True, text=True, timeout=300, check=False)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    (written,) = (workdir / "results" / ".gymforge").glob("reads-*.json")
-    rules = json.loads(written.read_text())
+    here by a dry run of a copy of the workflow (the `rule_reads` fixture). Each step's job looks its rule up by the
+    step's name; a step that reads the config must declare something, and only paths that `rerun_view` has."""
+    rules = rule_reads
     view = GymforgeConfig().rerun_view()
     for verb, (target, _help) in cli.STEPS.items():
         rule = verb.replace("-", "_")
         assert rule in rules, f"step {verb}: no rule {rule} runs it (a job finds its declaration by the step's name)"
         reads = rules[rule]["reads"]
-        assert rules[rule]["file"].startswith("rules/") and (workdir / rules[rule]["file"]).is_file()
+        assert rules[rule]["file"].startswith("rules/") and (REPO / rules[rule]["file"]).is_file()
         if not _takes_config(target):
             assert reads == [], f"{rule} declares config sections its step never gets"
             continue

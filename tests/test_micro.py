@@ -221,7 +221,7 @@ def test_micro_task_is_verified_with_its_own_baseline(tmp_path, rule_reads):
         baseline_scores=[it.baseline_scores], hidden_columns=built.hidden_columns,
         metric=next(iter(it.baseline_scores)), higher_is_better=True).model_dump_json())
     # under micro_task's config view, as its Snakemake job runs it: a read its rule does not declare fails
-    view = restrict(cfg, rule_reads["micro_task"], step="micro_task")
+    view = restrict(cfg, rule_reads["micro_task"]["reads"], step="micro_task")
     report = micro_task(view, "t0004", tmp_path / "env" / "report.json", tmp_path / "env" / "verified",
                         tmp_path / "micro" / "report.json", tmp_path / "micro" / "verified")
     assert report.status == "ok", report.reason

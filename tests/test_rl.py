@@ -371,7 +371,7 @@ def test_resume_after_kill_between_iterations(student: Path, tmp_path: Path) -> 
     assert not (killed / "checkpoint" / "optimizer.pt").exists()
 
 
-def test_curve_schema_and_update(student: Path, tmp_path: Path, rule_reads: dict[str, list[str]]) -> None:
+def test_curve_schema_and_update(student: Path, tmp_path: Path, rule_reads: dict[str, dict]) -> None:
     from gymforge.stages.rl import run_rl
 
     cfg = make_cfg(iterations=2, improve_fraction=0.5)
@@ -381,7 +381,7 @@ def test_curve_schema_and_update(student: Path, tmp_path: Path, rule_reads: dict
         seen_plans.append(plans)
         return [(p, fake_episode(p.seed, k % 2 == 0), 1.0) for k, p in enumerate(plans)]
 
-    view = restrict(cfg, rule_reads["train_rl"], step="train_rl")  # as train_rl's Snakemake job reads the config
+    view = restrict(cfg, rule_reads["train_rl"]["reads"], step="train_rl")  # as train_rl's Snakemake job reads the config
     curve = run_rl(view, student, fake_tasks(tmp_path / "task"), tmp_path / "rl" / "checkpoint",
                      tmp_path / "rl" / "curve.json", collect=collect)
     rows = curve["iterations"]

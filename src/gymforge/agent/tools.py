@@ -142,14 +142,20 @@ class Workspace:
                 continue  # a mount point the code replaced, a directory gone meanwhile
 
 
-def _args(line: str, usage: str, lo: int, hi: int) -> list[str]:
+def split_args(text: str, usage: str, lo: int, hi: int) -> list[str]:
+    """The shell-quoted arguments in `text`, from `lo` to `hi` of them; a ToolError naming the usage otherwise."""
     try:
-        args = shlex.split(line)[1:]
+        args = shlex.split(text)
     except ValueError as exc:
         raise ToolError(f"cannot parse the arguments ({exc}). Usage: {usage}") from None
     if not lo <= len(args) <= hi:
         raise ToolError(f"wrong number of arguments. Usage: {usage}")
     return args
+
+
+def _args(line: str, usage: str, lo: int, hi: int) -> list[str]:
+    """The arguments after a command line's first word (the command)."""
+    return split_args(line, usage, lo + 1, hi + 1)[1:]
 
 
 def _int(text: str, usage: str) -> int:

@@ -33,7 +33,7 @@ import yaml
 
 from gymforge.agent.commands import CommandHost, CommandResult
 from gymforge.agent.loop import timed_out_note
-from gymforge.agent.tools import ToolError, Workspace
+from gymforge.agent.tools import ToolError, Workspace, split_args
 from gymforge.core.prompts import render
 from gymforge.sandbox import ExecResult, Mount, beneath
 from gymforge.tasks.environment import TaskEnvironment
@@ -170,15 +170,6 @@ class WorkflowSkills:
 
     # -- data -------------------------------------------------------------------------------------------------
 
-    def _args(self, text: str, usage: str, lo: int, hi: int) -> list[str]:
-        try:
-            args = shlex.split(text)
-        except ValueError as err:
-            raise ToolError(f"cannot parse the arguments ({err}). Usage: {usage}") from None
-        if not lo <= len(args) <= hi:
-            raise ToolError(f"wrong number of arguments. Usage: {usage}")
-        return args
-
     def _read(self, path: str, cwd: str, limit: int) -> tuple[str, bytes]:
         """(sandbox path, content) of a file the agent names, read on the host by fd beneath its root."""
         loc = self.files.regular(self.files.locate(path, cwd), path)
@@ -213,13 +204,13 @@ class WorkflowSkills:
         return Validation(ok, digest, "\n".join(lines), overlap)
 
     def _data_validate(self, text: str, host: CommandHost) -> CommandResult:
-        (path,) = self._args(text, "data_validate <file.jsonl>", 1, 1)
+        (path,) = split_args(text, "data_validate <file.jsonl>", 1, 1)
         found = self.validate(path, host)
         return CommandResult(found.report, exit_code=0 if found.ok else 1)
 
     def _data_build(self, text: str, host: CommandHost) -> CommandResult:
         usage = "data_build <out.jsonl> <in.jsonl> [<in.jsonl> ...] [--limit N]"
-        args = self._args(text, usage, 2, 64)
+        args = split_args(text, usage, 2, 64)
         result = self._script(host, "data.py", "build", *args)
         if result.exit_code != 0:
             return CommandResult(result.output.strip(), result.exit_code, result.timed_out, result.limit)
@@ -229,7 +220,7 @@ class WorkflowSkills:
     # -- train ------------------------------------------------------------------------------------------------
 
     def _train(self, text: str, host: CommandHost) -> CommandResult:
-        (path,) = self._args(text, "train <config.yaml>", 1, 1)
+        (path,) = split_args(text, "train <config.yaml>", 1, 1)
         remote, raw = self._read(path, host.cwd, MAX_CONFIG)
         try:
             config = yaml.safe_load(raw)
