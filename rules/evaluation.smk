@@ -45,7 +45,7 @@ rule eval_runs:
         f"{BENCH}/scores/{{model}}/{{task}}.tsv"
     params:
         # covered: llm.teacher is tracked by the `teacher` param below
-        digest=CFG.digest("seed", "sandbox", "agent", "evaluate", covered=("teacher",)),
+        digest=CFG.digest("seed", "sandbox", "agent", "evaluate", "post_training", covered=("teacher",)),
         spec=lambda w: model_spec(CFG, w.model).model_dump_json(),
         # a teacher's runs rerun when llm.teacher changes (model, endpoint, sampling); the others' do not
         teacher=lambda w: teacher_identity(CFG, model_spec(CFG, w.model)),
@@ -74,7 +74,7 @@ rule check_benchmark_task:
     benchmark:
         f"{BENCH}/scores/checks/{{task}}.tsv"
     params:
-        digest=CFG.digest("seed", "sandbox", "evaluate"),
+        digest=CFG.digest("seed", "sandbox", "evaluate", "post_training"),
     resources:
         gpu=lambda w: TASK_GPUS[w.task],
         mem_mb=CFG.evaluate.mem_mb,

@@ -14,7 +14,7 @@ rule micro_task:
         f"{BENCH}/micro/{{slot}}.tsv"
     params:
         # verification.probes: the micro variant's evaluator is probed again
-        digest=CFG.digest("seed", "sandbox", "micro", "verification.probes"),
+        digest=CFG.digest("seed", "sandbox", "micro", "verification.probes", "post_training"),
     resources:
         gpu=CFG.trajectories.gpus,  # verification's check, with the GPUs the task's rollouts get
         mem_mb=CFG.sandbox.memory_mb + 1024,

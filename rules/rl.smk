@@ -26,7 +26,7 @@ rule train_rl:
     params:
         # student: the chat template the update trains with; evaluate.serving: how the policy is served (backend,
         # vllm_args; its sampling settings come from rl)
-        digest=CFG.digest("seed", "sandbox", "agent", "rl", "student", "evaluate.serving"),
+        digest=CFG.digest("seed", "sandbox", "agent", "rl", "student", "evaluate.serving", "post_training"),
         slots=" ".join(RL_SLOTS),
     resources:
         gpu=CFG.rl.gpus,

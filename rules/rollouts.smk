@@ -18,7 +18,7 @@ rule rollout_shard:
     wildcard_constraints:
         shard=r"\d{4}",
     params:
-        digest=CFG.digest("seed", "teacher", "sandbox", "agent", "trajectories"),
+        digest=CFG.digest("seed", "teacher", "sandbox", "agent", "trajectories", "post_training"),
         # The rollout indices this shard holds: changing per_task or shard_size reruns only the shards it changes.
         rollouts=lambda w: ",".join(map(str, shard_rollouts(CFG, int(w.shard)))),
     resources:
@@ -31,4 +31,23 @@ rule rollout_shard:
             "--slot {wildcards.slot} --shard {wildcards.shard} --report {input.report} --env {input.env} "
             "--out {output}",
             gpus=True,
+        )
+
+
+rule interface_comparison:
+    """The agent interfaces compared on the same tasks (`trajectories.interfaces`, docs/post-training.md)."""
+    input:
+        shards=SHARD_FILES,
+        reports=expand(f"{R}/environments/{{slot}}/report.json", slot=TOPIC_SLOTS),
+    output:
+        comparison=f"{R}/interfaces/comparison.json",
+        table=f"{R}/interfaces/comparison.md",
+    log:
+        f"{LOGS}/interfaces/comparison.log",
+    params:
+        digest=CFG.digest("trajectories.interfaces"),
+    shell:
+        gymforge(
+            "interface-comparison",
+            "--shards {input.shards} --reports {input.reports} --out {output.comparison} --table-out {output.table}",
         )

@@ -82,3 +82,4 @@ rule trajectories:
         SHARD_FILES,
         rules.sft_dataset.output,
         rules.sft_plots.output,
+        rules.interface_comparison.output if CFG.trajectories.interfaces else [],

@@ -16,7 +16,7 @@ rule verify_environment:
     benchmark:
         f"{BENCH}/environments/{{slot}}.tsv"
     params:
-        digest=CFG.digest("seed", "teacher", "datasets", "generation", "sandbox", "agent", "verification"),
+        digest=CFG.digest("seed", "teacher", "datasets", "generation", "sandbox", "agent", "verification", "post_training"),
     resources:
         gpu=CFG.trajectories.gpus,  # the task's GPUs as its rollouts get them
         mem_mb=CFG.sandbox.memory_mb + 1024,

@@ -39,6 +39,7 @@ STEPS: dict[str, tuple[str, str]] = {  # verb: (module:function, help)
     "verify-environment": ("gymforge.stages.verification:verify_environment", "stage 3.4: verify one task (baseline, evaluation, teacher episode, debug loop)"),
     "micro-task": ("gymforge.stages.micro:micro_task", "micro-scale variant of one verified task: subsample, verify (docs/rl.md)"),
     "rollout-shard": ("gymforge.stages.rollouts:rollout_shard", "stage 3.5: run (or resume) one shard of teacher rollouts of a task"),
+    "interface-comparison": ("gymforge.stages.interface_comparison:interface_comparison", "the agent interfaces compared on the same tasks: valid submissions, improvement, failed actions, train-eval iterations"),
     "student-tokenizer": ("gymforge.stages.sft:student_tokenizer", "save the student's tokenizer (offline: train one locally)"),
     "sft-dataset": ("gymforge.stages.sft:sft_dataset", "stage 3.6: filter the rollouts into the SFT dataset and its stats"),
     "sft-plots": ("gymforge.stages.sft:sft_plots", "plots of the trajectory stage (kept per task; Figure-4-style stats)"),

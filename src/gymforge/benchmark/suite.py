@@ -1,4 +1,5 @@
-"""The benchmark the models are scored on (docs/scores.md, Benchmark): gymforge's built-in suite or MLGym's 13 tasks.
+"""The benchmark the models are scored on (docs/scores.md, Benchmark): gymforge's built-in suite, its built-in
+post-training suite or MLGym's 13 tasks.
 
 The built-in suite is a tree in MLGym's layout under `tasks/` (`configs/tasks/<id>.yaml`,
 `configs/datasets/<name>.yaml`, `data/<id>/...`) of tasks written for this project: they run offline
@@ -6,6 +7,10 @@ on CPU in seconds, and their families and data are disjoint from what synthesis 
 classification, regression and forecasting, tabular model submission, matrix games, bargaining and
 packing heuristics on scikit-learn, palmerpenguins, statsmodels and vega datasets). Their data is
 synthetic, generated from fixed seeds by `gymforge.benchmark.generate`.
+
+The built-in post-training suite (`posttraining`, docs/post-training.md) lives in the same tree: post-train
+SmolLM2-135M-Instruct on CPU so that a held-out, generation-scored evaluation improves (penguin species, ISO 8601
+dates, metric unit conversions); its data is made by seeded scripts under `scripts/`.
 
 Every task carries what decontamination needs to keep synthesized tasks away from it: a `family`, the
 `keywords` that name that family in another task's text, and the identities of its `datasets`.
@@ -32,7 +37,7 @@ from gymforge.tasks.mlgym import (
 from gymforge.tasks.datacache import MANIFEST, entry_dir
 from gymforge.tasks import prepare
 
-BenchmarkName = Literal["builtin", "mlgym"]
+BenchmarkName = Literal["builtin", "posttraining", "mlgym"]
 
 
 class BenchmarkError(ValueError):
@@ -71,11 +76,16 @@ class _Meta(NamedTuple):
 # What decontamination knows of each task (family, keywords, dataset identities): data, in suite.yaml.
 _META = yaml.safe_load(resources.files(__package__).joinpath("suite.yaml").read_text(encoding="utf-8"))
 
-# The built-in suite, in the order it is run and reported.
-BUILTIN: dict[str, _Meta] = {
-    task_id: _Meta(m["metric"], m["higher_is_better"], m["family"], tuple(m["keywords"]), tuple(m["datasets"]))
-    for task_id, m in _META["builtin"].items()
-}
+
+def _suite(name: str) -> dict[str, _Meta]:
+    return {task_id: _Meta(m["metric"], m["higher_is_better"], m["family"], tuple(m["keywords"]), tuple(m["datasets"]))
+            for task_id, m in _META[name].items()}
+
+
+# The built-in suites, in the order they are run and reported: both live in the tree `builtin_root()`.
+BUILTIN: dict[str, _Meta] = _suite("builtin")
+POSTTRAINING: dict[str, _Meta] = _suite("posttraining")
+SUITES: dict[str, dict[str, _Meta]] = {"builtin": BUILTIN, "posttraining": POSTTRAINING}
 
 # MLGym-Bench's 13 tasks: metric and direction come from gymforge.tasks.mlgym.BENCHMARK_TASKS.
 MLGYM: dict[str, tuple[str, tuple[str, ...], tuple[str, ...]]] = {
@@ -117,7 +127,7 @@ def unmet_needs(task: BenchmarkTask, dataset_cache: Path | str, gpus: int) -> li
             f"only these: `snakemake {' '.join(str(entry_dir(dataset_cache, i) / MANIFEST) for i in unfetched)}`"
         )
     if gpus < task.gpus:
-        why = MLGYM_GPUS.get(task.id, (0, "its config says so"))[1]
+        why = MLGYM_GPUS.get(task.id, (0, "its config says so" if task.benchmark == "mlgym" else "evaluate.task_gpus"))[1]
         problems.append(
             f"it needs {task.gpus} GPU(s) ({why}) and this job sees {gpus}: run it on a GPU host with "
             f"`snakemake --resources gpu=N`, or leave it out with evaluate.tasks"
@@ -143,14 +153,15 @@ def builtin_root() -> Path:
     return Path(__file__).resolve().parent / "tasks"
 
 
-def builtin_tasks() -> list[BenchmarkTask]:
-    """Every task of the built-in suite; each YAML is validated with the MLGym loader."""
+def builtin_tasks(suite: Literal["builtin", "posttraining"] = "builtin", gpus: int = 0) -> list[BenchmarkTask]:
+    """Every task of a built-in suite (`builtin`, or the post-training suite `posttraining`); each YAML is validated
+    with the MLGym loader. `gpus`: what each task's runs get (`evaluate.task_gpus`)."""
     root = builtin_root()
     tasks = []
-    for task_id, meta in BUILTIN.items():
+    for task_id, meta in SUITES[suite].items():
         path = root / "configs" / "tasks" / f"{task_id}.yaml"
         if not path.is_file():
-            raise BenchmarkError(f"the built-in suite is incomplete: {path} is missing (reinstall gymforge)")
+            raise BenchmarkError(f"the built-in {suite} suite is incomplete: {path} is missing (reinstall gymforge)")
         config = load_task_config(path)
         if not config.baseline_scores or meta.metric not in config.baseline_scores[0]:
             raise BenchmarkError(f"{path}: baseline_scores must record the metric {meta.metric!r}")
@@ -158,7 +169,7 @@ def builtin_tasks() -> list[BenchmarkTask]:
         tasks.append(BenchmarkTask(
             id=task_id, name=config.name, task_yaml=path, root=root, entrypoint=config.task_entrypoint,
             metric=meta.metric, higher_is_better=meta.higher_is_better, family=meta.family,
-            keywords=list(meta.keywords), datasets=[*meta.datasets, *names], benchmark="builtin",
+            keywords=list(meta.keywords), datasets=[*meta.datasets, *names], benchmark=suite, gpus=gpus,
         ))
     return tasks
 
@@ -263,13 +274,13 @@ def load_benchmark(evaluate_cfg: EvaluateConfig) -> list[BenchmarkTask]:
         if not evaluate_cfg.mlgym_root:
             raise BenchmarkError("evaluate.mlgym_root is required when evaluate.benchmark is 'mlgym'")
         return mlgym_tasks(evaluate_cfg.mlgym_root, evaluate_cfg.tasks)
-    tasks = builtin_tasks()
+    tasks = builtin_tasks(evaluate_cfg.benchmark, evaluate_cfg.task_gpus)
     if evaluate_cfg.tasks is None:
         return tasks
     by_id = {t.id: t for t in tasks}
     if unknown := [t for t in evaluate_cfg.tasks if t not in by_id]:
         raise BenchmarkError(
-            f"evaluate.tasks: unknown task id(s) {', '.join(unknown)} for the builtin benchmark; "
+            f"evaluate.tasks: unknown task id(s) {', '.join(unknown)} for the {evaluate_cfg.benchmark} benchmark; "
             f"available: {', '.join(by_id)}"
         )
     return [by_id[t] for t in dict.fromkeys(evaluate_cfg.tasks)]

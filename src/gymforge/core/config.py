@@ -77,6 +77,9 @@ class LLMConfig(_Strict):
 
 
 class TopicsConfig(_Strict):
+    kind: Literal["research", "post_training"] = Field(
+        "research", description="`research`: ML research topics (MLGym-style tasks); `post_training`: what to teach a "
+        "small language model by fine-tuning it (post-training tasks, docs/post-training.md).")
     n: int = Field(12, ge=1, description="Topic slots to fill (paper: 1000).")
     batch_size: int = Field(4, ge=1, le=200, description="Topics asked for per teacher call (paper: 20).")
     similarity_threshold: float = Field(
@@ -159,6 +162,9 @@ class TrajectoriesConfig(_Strict):
                              "further capped by llm.teacher.concurrency).")
     max_steps: int = Field(50, ge=1, description="Agent step limit per rollout (paper and MLGym: 50).")
     model: str | None = Field(None, description="Teacher model name for rollouts; null: llm.teacher.model.")
+    interfaces: list[Literal["cli", "workflow"]] | None = Field(
+        None, min_length=1, description="Agent interfaces the rollouts take in turn (rollout k uses entry k mod "
+        "length), to compare them on the same tasks (docs/post-training.md); null: `agent.interface` for all.")
     gpus: int = Field(0, ge=0, description="GPUs each shard job declares (`resources: gpu`); its rollouts share them.")
     mem_mb: int | None = Field(None, ge=256, description="Memory each shard job declares; null: "
                                "sandbox.memory_mb x concurrency + 1 GiB.")
@@ -281,11 +287,16 @@ class ServingConfig(_Strict):
 
 
 class EvaluateConfig(_Strict):
-    benchmark: Literal["builtin", "mlgym"] = Field(
-        "builtin", description="`builtin`: gymforge's offline suite; `mlgym`: the tasks of the checkout at mlgym_root.")
+    benchmark: Literal["builtin", "posttraining", "mlgym"] = Field(
+        "builtin", description="`builtin`: gymforge's offline suite; `posttraining`: its post-training suite "
+        "(post-train SmolLM2-135M-Instruct on CPU, or post_training.base_model; docs/post-training.md); `mlgym`: the "
+        "tasks of the checkout at mlgym_root.")
     mlgym_root: str | None = Field(None, description="An MLGym checkout (its configs/tasks/*.yaml and data/).")
     tasks: list[str] | None = Field(None, description="Task ids to run; null: every task of the benchmark.")
     runs_per_task: int = Field(4, ge=1, description="Runs per model and task (MLGym: 4, paper: 64).")
+    task_gpus: int = Field(0, ge=0, description="GPUs each run of a built-in suite's task gets (its eval_runs and "
+                           "check_benchmark_task jobs declare them): the post-training suite with a GPU base "
+                           "(post_training.base_model, e.g. Qwen/Qwen3-4B-Base) needs 1. MLGym's tasks declare their own.")
     exclude_gameable: bool = Field(False, description="Leave benchmark tasks whose evaluator a probe games "
                                    "(`gymforge check-task`) out of AUP, with a message; otherwise they are scored "
                                    "and marked gameable in scores.json and the report.")

@@ -7,7 +7,9 @@ still shown. An episode is fixed by the request seed and the task: the explorati
 their order, and which realistic failures it commits. The skill, from the model name
 (`gymforge-offline-teacher@0.3`, default 0.8), sets how often those failures happen: malformed
 replies, an edit the guard rejects, a command that runs into its time limit, wandering until the
-step limit, forgetting to submit, and submitting before any artefact exists.
+step limit, forgetting to submit, and submitting before any artefact exists. A post-training task (final_model/
+from base_model/) is played by `posttraining_policy`, in either agent interface; the reply's format and its
+malformed variants stay this module's.
 """
 
 from __future__ import annotations
@@ -18,7 +20,8 @@ import re
 from dataclasses import dataclass, field
 
 from gymforge.agent.parsing import FormatError, parse_reply
-from gymforge.offline import improvements
+from gymforge.offline import improvements, posttraining_policy
+from gymforge.offline.edits import edit_command
 from gymforge.offline.families.common import seeded
 from gymforge.offline.improvements import Brief
 
@@ -406,25 +409,6 @@ def _reflect(s: State) -> str:
 # ---- deciding ------------------------------------------------------------------------------------------
 
 
-def _edit_command(old: list[str], new: list[str]) -> str:
-    """The smallest `edit a:b` that turns `old` into `new`."""
-    p = 0
-    while p < min(len(old), len(new)) and old[p] == new[p]:
-        p += 1
-    q = 0
-    while q < min(len(old), len(new)) - p and old[-1 - q] == new[-1 - q]:
-        q += 1
-    start, end, body = p + 1, len(old) - q, new[p : len(new) - q]
-    if end < start:  # a pure insertion still replaces one line: the one before it (or after, at the top)
-        if p:
-            start = end = p
-            body = [old[p - 1], *body]
-        else:
-            start = end = 1
-            body = [*body, old[0]]
-    return "\n".join([f"edit {start}:{end}", *body, "end_of_edit"])
-
-
 def _submitting(why: str) -> tuple[str, str]:
     return why, "submit"
 
@@ -472,7 +456,7 @@ def _edit(s: State, idea: str, slip: bool) -> tuple[str, str]:
                     f"Next I will try {label}.", f"I will switch to {label}, which should do better here.")
     if slip:
         text = improvements.slip(old, new, rng) or new
-    command = _edit_command(current, text.splitlines())
+    command = edit_command(current, text.splitlines())
     if not slip and "NOT applied" in (s.turns[-1].observation or "") and s.turns[-1].kind == "edit":
         thought = _pick(rng, "I left a mistake in that edit; here it is again, fixed.",
                         "My mistake. I will resend the same change with the error corrected.")
@@ -607,23 +591,28 @@ def answer(conversation: list[tuple[str, str]], *, seed: int, model: str | None)
     if history and history[-1][0] == "user" and history[-1][1].lstrip().startswith(FORMAT_ERROR_PREFIX):
         rejected = history[-2][1] if len(history) >= 2 else ""
         history = history[:-2]
-    brief = improvements.read_brief(description)
-    plan = _plan(seed, description, brief, skill)
-    last_user = next((text for role, text in reversed([conversation[users[0]], *history]) if role == "user"), "")
-    status = _STATUS.findall(last_user)
-    remaining = int(status[-1][1]) if status else 50
-    turns = _turns(history, brief.file)
-    rng = seeded(seed, "agent-turn", description, len(turns), rejected)
-    state = State(brief, plan, turns, baseline, remaining, rng)
-    reflection = _reflect(state)
-    thought, command = _decide(state)
+    post = posttraining_policy.read_task(conversation[users[0]][1])
+    if post is not None:  # a post-training task: its own policy, in either interface
+        step = posttraining_policy.next_step(post, history, seed=seed, skill=skill)
+        rng = seeded(seed, "agent-turn", description, sum(role == "assistant" for role, _ in history), rejected)
+        reflection, thought, command = "", step.thought, step.command
+    else:
+        brief = improvements.read_brief(description)
+        plan = _plan(seed, description, brief, skill)
+        last_user = next((text for role, text in reversed([conversation[users[0]], *history]) if role == "user"), "")
+        status = _STATUS.findall(last_user)
+        remaining = int(status[-1][1]) if status else 50
+        turns = _turns(history, brief.file)
+        rng = seeded(seed, "agent-turn", description, len(turns), rejected)
+        state = State(brief, plan, turns, baseline, remaining, rng)
+        reflection = _reflect(state)
+        thought, command = _decide(state)
     if rejected:
         reflection = _pick(rng, "Sorry, my last reply broke the format: one command in one code block.",
                            "My previous reply was not in the required format; here it is again.") + " " + reflection
-    text = f"{reflection} {thought}".strip()
+    text = f"{reflection.strip()} {thought}".strip()
     f = 1.0 - skill
     p_bad = 0.25 * f * f if rejected else 0.01 + 0.3 * f * f
     if rng.random() < p_bad:
         return _malformed(text, command, rng)
     return _render(text, command)
-

@@ -25,6 +25,7 @@ METRICS: dict[str, tuple[str, ...]] = {
     "model_classification": ("accuracy (higher is better)",),
     "model_regression": ("rmse (lower is better)",),
     "game_strategy": ("mean payoff per round (higher is better)",),
+    "post_training": ("accuracy (higher is better)",),
 }
 # Game and algorithm-design topics whose natural score is not a payoff.
 _SPECIAL_METRICS: tuple[tuple[re.Pattern[str], str], ...] = tuple(
@@ -54,6 +55,7 @@ _FAMILY_TAGS: dict[str, tuple[str, ...]] = {
     "tabular_regression": ("regression",),
     "time_series_forecasting": ("time-series", "time_series", "timeseries", "forecasting"),
     "model_submission": ("classification", "regression"),
+    "post_training": ("classification",),
 }
 _STOPWORDS = frozenset(
     "a an and the of for in on from with to by under over using via against into at as across between".split()
@@ -161,6 +163,13 @@ def _description(family: Family, topic: str, dataset: str | None, hit: dict[str,
             f"must beat the provided baseline."
         )
     source = f"the `{dataset}` dataset{_about(hit)}"
+    if family == "post_training":
+        return (
+            f"Post-training task: {subject}. Questions about single rows of {source} go to a small instruction-tuned "
+            f"language model, which must reply with the answer only; the agent fine-tunes the given base model on "
+            f"a pool of such questions and answers within a fixed time budget. {scored} of exact-match replies "
+            f"to held-out questions; the base model is the baseline."
+        )
     if family == "model_submission":
         return (
             f"Train a model for {subject} on {source}. Save the trained model to a file in the workspace and write a "

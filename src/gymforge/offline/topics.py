@@ -78,20 +78,25 @@ def near_duplicate(text: str, rng: random.Random) -> str:
     return variant
 
 
-def sample(n: int, seen: list[str], rng: random.Random) -> list[str]:
-    """`n` topics: fresh vocabulary first, then qualified variants, with seeded slips into repeats."""
+POST_TRAINING_REQUEST = re.compile(r"post-training topics", re.IGNORECASE)  # topics.j2 with kind post_training
+
+
+def sample(n: int, seen: list[str], rng: random.Random, *, post_training: bool = False) -> list[str]:
+    """`n` topics: fresh vocabulary first, then qualified variants, with seeded slips into repeats. Post-training
+    topics are drawn only when asked for, and then only they."""
+    vocabulary = [e for e in VOCABULARY if (e.family == "post_training") == post_training]
     seen_keys = {normalise(t) for t in seen}
-    fresh = [e.text for e in VOCABULARY if normalise(e.text) not in seen_keys]
+    fresh = [e.text for e in vocabulary if normalise(e.text) not in seen_keys]
     rng.shuffle(fresh)
     if len(fresh) < n:
         qualified = [
-            f"{e.text} {q}" for e in VOCABULARY for q in QUALIFIERS[e.family] if normalise(f"{e.text} {q}") not in seen_keys
+            f"{e.text} {q}" for e in vocabulary for q in QUALIFIERS[e.family] if normalise(f"{e.text} {q}") not in seen_keys
         ]
         rng.shuffle(qualified)
         fresh += qualified
     picks = fresh[:n]
     while len(picks) < n:  # everything has been sampled: all the teacher can do is repeat itself
-        picks.append(near_duplicate(rng.choice(seen), rng) if seen else rng.choice(VOCABULARY).text)
+        picks.append(near_duplicate(rng.choice(seen), rng) if seen else rng.choice(vocabulary).text)
     if seen:
         for i in range(n):
             if rng.random() < REPEAT_RATE:
@@ -104,5 +109,6 @@ def answer(text: str, *, seed: int, nudged: bool) -> str:
     """The reply to a topics request: a JSON array, sometimes in a ```json fence (never after a nudge)."""
     n, seen = parse_request(text)
     rng = random.Random(seed)
-    body = json.dumps(sample(n, seen, rng), indent=2, ensure_ascii=False)
+    topics = sample(n, seen, rng, post_training=bool(POST_TRAINING_REQUEST.search(text)))
+    body = json.dumps(topics, indent=2, ensure_ascii=False)
     return f"```json\n{body}\n```" if not nudged and rng.random() < FENCE_RATE else body

@@ -23,6 +23,7 @@ Family = Literal[
     "time_series_forecasting",
     "model_submission",
     "game_strategy",
+    "post_training",
     "unavailable",
 ]
 FAMILIES: tuple[Family, ...] = get_args(Family)
@@ -60,6 +61,7 @@ QUALIFIERS: dict[Family, tuple[str, ...]] = {
     "time_series_forecasting": ("with a short training history", "at a longer forecast horizon", "with interpretable models"),
     "model_submission": ("with limited training data", "under a tight compute budget"),
     "game_strategy": ("under a tight compute budget", "with a short time horizon"),
+    "post_training": ("under a tight compute budget", "with limited training data"),
     "unavailable": ("with limited training data", "under a tight compute budget"),
 }
 
@@ -91,6 +93,7 @@ def lookup(text: str) -> VocabEntry | None:
 
 
 _FAMILY_HINTS: tuple[tuple[Family, re.Pattern[str]], ...] = (
+    ("post_training", re.compile(r"\b(post-?training|fine-?tun\w*|instruction[- ]tun\w*|language models?)\b")),
     ("model_submission", re.compile(r"\btrain and submit\b")),
     ("game_strategy", re.compile(r"\b(game|auction|bidding|opponents?|bandits?|heuristics?|scheduling|packing)\b")),
     ("time_series_forecasting", re.compile(r"\b(forecast\w*|time[- ]series|nowcast\w*)\b")),

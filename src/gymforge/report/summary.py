@@ -126,10 +126,13 @@ def aup_html(results: Path) -> str:
     scores_file = Path(results) / "scores" / "scores.json"
     if not scores_file.is_file():
         return ""
-    boot = json.loads(scores_file.read_text()).get("bootstrap")
+    scores = json.loads(scores_file.read_text())
+    boot = scores.get("bootstrap")
     if not boot or not boot.get("aup"):
         return ""
     pct = f"{boot['level']:.0%}"
+    suite = (f" on the {scores['benchmark']} benchmark ({len(scores.get('benchmark_tasks') or scores.get('tasks') or [])}"
+             f" tasks)" if scores.get("benchmark") else "")
 
     def cell(x: dict, signed: bool = False) -> str:
         f = "+.3f" if signed else ".3f"
@@ -139,7 +142,7 @@ def aup_html(results: Path) -> str:
     models = sorted(boot["aup"].items(), key=lambda kv: (-kv[1]["best_aup"]["estimate"], kv[0]))
     rows = [[m, cell(x["best_aup"]), cell(x["last_aup"])] for m, x in models]
     rows += [[name, cell(d["best_aup"], True), cell(d["last_aup"], True)] for name, d in boot["differences"].items()]
-    return (f"<h2>AUP with {pct} intervals</h2><p>Best Attempt (Best AUP) and Best Submission (Last AUP) per model, "
+    return (f"<h2>AUP with {pct} intervals{suite}</h2><p>Best Attempt (Best AUP) and Best Submission (Last AUP) per model, "
             f"then each student's paired difference from the model it started from; {boot['samples']} bootstrap "
             f"replicates over runs (seed {boot['seed']}).</p>"
             + _table(["model", f"Best AUP [{pct} CI]", f"Last AUP [{pct} CI]"], rows))

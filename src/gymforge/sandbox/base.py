@@ -180,6 +180,9 @@ def sandbox_env(extra: Mapping[str, str] | None, *, home: str, path: str, networ
         "OMP_NUM_THREADS": "1",
         "OPENBLAS_NUM_THREADS": "1",
         "MKL_NUM_THREADS": "1",
+        # A command that raises its pool (a fine-tune's torch.set_num_threads(2)) shares the cores with other
+        # episodes: OpenMP threads that spin at barriers while another job holds the core ran ~6x slower.
+        "OMP_WAIT_POLICY": "PASSIVE",
     }
     if not network:
         # Without these the Hugging Face libraries retry a dead network for ~20 s before failing.

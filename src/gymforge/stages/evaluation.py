@@ -64,7 +64,9 @@ def served_name(spec: ModelSpec, checkpoint: str | None) -> str:
 
 
 def fingerprint(cfg: GymforgeConfig, spec: ModelSpec, task_yaml: Path, served: str) -> str:
-    return text_hash(cfg.digest("seed", "sandbox", "evaluate") + spec.model_dump_json() + served
+    # the post-training suite's runs depend on the base model they post-train (post_training.base_model)
+    sections = ("seed", "sandbox", "evaluate", *(("post_training",) if cfg.evaluate.benchmark == "posttraining" else ()))
+    return text_hash(cfg.digest(*sections) + spec.model_dump_json() + served
                      + teacher_identity(cfg, spec) + text_hash(task_yaml.read_text()))
 
 

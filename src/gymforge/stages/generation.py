@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import json
-from pathlib import Path
+import tempfile
+from pathlib import Path, PurePosixPath
 from typing import Any, Callable
 
 from gymforge.core import atomic
@@ -13,6 +14,7 @@ from gymforge.core.records import Attempt, GenerationRecord, ProposalRecord, Usa
 from gymforge.hub import get_hub
 from gymforge.llm.client import make_client
 from gymforge.llm.codeblocks import CodeBlockError, parse_files
+from gymforge.tasks import posttraining
 from gymforge.tasks.files import (
     GENERIC_PACKAGES,
     TaskValidationError,
@@ -178,6 +180,12 @@ def draft_code(cfg: GymforgeConfig, slot: str, configs: GenerationRecord, propos
         messages += [{"role": "assistant", "content": code_files_markdown(previous)},
                      {"role": "user", "content": render("repair", errors=runtime_errors or [])}]
     columns = set(dataset["features"]) if dataset else None
+
+    def validate(text: str) -> dict[str, str]:
+        files = validate_code_files(bundle, parse_files(text), columns)
+        check_post_training_source(files, columns, task.secret_files)
+        return files
+
     seed = _seed(cfg, "code", slot, variant)
     record = GenerationRecord(item=slot, status="ok", task_id=task.id, entrypoint=task.task_entrypoint,
                               dataset_id=configs.dataset_id)
@@ -185,7 +193,7 @@ def draft_code(cfg: GymforgeConfig, slot: str, configs: GenerationRecord, propos
         try:
             record.files, record.attempts = draft_until_valid(
                 lambda m: client.chat(m, seed=seed), messages,
-                lambda text: validate_code_files(bundle, parse_files(text), columns), cfg.generation.max_attempts)
+                validate, cfg.generation.max_attempts)
         except GenerationFailed as err:
             _failed(record, err, "invalid_code", "starter code")
         record.usage = UsageRecord.model_validate(client.usage.model_dump())
@@ -198,5 +206,37 @@ def materialize_task(cfg: GymforgeConfig, tree: Path, configs: GenerationRecord,
     bundle = validate_config_files(configs.files)
     write_task_tree(tree, bundle, code.files)
     dataset = proposal.dataset
-    if dataset and dataset.get("is_local"):
-        get_hub(cfg).materialize(dataset["id"], tree / "data" / bundle.task.id / "data")
+    if not (dataset and dataset.get("is_local")):
+        return
+    data = tree / "data" / bundle.task.id / "data"
+    spec = posttraining.spec_in(code.files)
+    if spec is None or spec.source is None:
+        get_hub(cfg).materialize(dataset["id"], data)
+        return
+    # A post-training task's rows are rendered from the dataset: the pool where the workspace's data/ comes from,
+    # the held-out rows at the secret file; the dataset's own copy is not kept.
+    secret = next(p for p in bundle.task.secret_files if PurePosixPath(p).name == PurePosixPath(spec.eval_file).name)
+    pool = data / PurePosixPath(spec.train_files[0]).relative_to("data")
+    with tempfile.TemporaryDirectory(dir=tree, prefix=".dataset-") as raw:
+        get_hub(cfg).materialize(dataset["id"], Path(raw) / "copy")
+        posttraining.render_source(spec, Path(raw) / "copy", pool, tree / secret)
+
+
+def check_post_training_source(files: dict[str, str], columns: set[str] | None, secret_files: list[str]) -> None:
+    """A generated post-training task's `post_training.yaml` must parse, name a secret held-out file and a pool
+    under data/, and its `source` templates only the dataset's columns."""
+    try:
+        spec = posttraining.spec_in(files)
+        if spec is None or spec.source is None:
+            return
+        if columns is None:
+            raise posttraining.PostTrainingError("`source` renders rows from the task's dataset, and it has none")
+        if PurePosixPath(spec.eval_file).name not in {PurePosixPath(p).name for p in secret_files}:
+            raise posttraining.PostTrainingError(f"eval_file {spec.eval_file!r} must be one of the task config's "
+                                                 "secret_files: the held-out rows never enter the workspace")
+        if not spec.train_files or not spec.train_files[0].startswith("data/"):
+            raise posttraining.PostTrainingError("the pool (`train_files`' first entry) must be under data/")
+        for template in (spec.source.prompt, spec.source.answer):
+            posttraining.template_fields(template, columns)
+    except (posttraining.PostTrainingError, ValueError) as err:
+        raise TaskValidationError([str(err)]) from None

@@ -191,11 +191,13 @@ class _ShardRunner:
     async def _rollout(self, index: int) -> RolloutRecord:
         seed = rollout_seed(self.cfg, self.slot, index)
         baseline = self.report.baseline_scores[0] if self.report.baseline_scores else None
+        interfaces = self.cfg.trajectories.interfaces
+        interface = interfaces[index % len(interfaces)] if interfaces else None
         t0 = time.monotonic()
         traj = await self.episodes.run(
             self.llm, self.task_yaml, root=self.tree, run_dir=work_dir(self.out) / f"r{index:05d}",
             max_steps=self.cfg.trajectories.max_steps, seed=seed, baseline=baseline,
-            hidden_columns=self.report.hidden_columns,
+            hidden_columns=self.report.hidden_columns, interface=interface,
             meta={"stage": "trajectories", "slot": self.slot, "rollout": index})
         return RolloutRecord(slot=self.slot, task_id=self.report.task_id or traj.meta["task_id"], rollout=index,
                              seed=seed, teacher=self._teacher(), sandbox=self._sandbox_ref(),

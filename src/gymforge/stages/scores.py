@@ -85,6 +85,11 @@ def score_table(cfg: GymforgeConfig, records: list[Path], *, aup_out: Path, scor
             baselines[t.id] = recorded[0][t.metric]
     loaded = {Path(f): EvalRecord.model_validate_json(Path(f).read_text()) for f in records}
     probed = evaluator_checks(list(checks or []))
+    if cfg.evaluate.benchmark == "posttraining":
+        # The baseline of a post-training task is its base model, which post_training.base_model may change from the
+        # SmolLM2 the task records: the evaluator check's measured baseline (the base, scored in the sandbox) wins.
+        baselines.update({t: r.baseline for t, r in probed.items()
+                          if t in metas and r.baseline_source == "measured" and r.metric == metas[t].metric})
     gameable = [t.id for t in benchmark if t.id in probed and probed[t.id].gameable]
     excluded = gameable if cfg.evaluate.exclude_gameable else []
     runs = [r for r in _runs(loaded) if r.task not in excluded]
@@ -101,7 +106,9 @@ def score_table(cfg: GymforgeConfig, records: list[Path], *, aup_out: Path, scor
             entry["evaluator"] = _check_summary(probed[tid])
     evaluators = {"gameable": gameable, "excluded": excluded,
                   "checked": sorted(probed), "reports": {t: _check_summary(r) for t, r in probed.items()}}
-    atomic.write_text(scores_out, json.dumps({**summary, "evaluators": evaluators, "bootstrap": boot}, indent=1))
+    # which suite the scores are on (builtin, posttraining, mlgym): AUPs of different suites do not compare
+    atomic.write_text(scores_out, json.dumps({"benchmark": cfg.evaluate.benchmark, "benchmark_tasks": tasks, **summary,
+                                              "evaluators": evaluators, "bootstrap": boot}, indent=1))
     atomic.write_text(replies_out, json.dumps(quality, indent=1))
     violins(runs, metas, violins_out, tasks=tasks, baselines=baselines)
     aup_bars(result, bars_out)
@@ -112,7 +119,8 @@ def score_table(cfg: GymforgeConfig, records: list[Path], *, aup_out: Path, scor
                 "scored as usual; evaluate.exclude_gameable: true leaves them out")
         notes = (f"\n\nGameable evaluators (a knowledge-free degenerate submission beat the baseline): "
                  f"{', '.join(gameable)}: {what}")
-    return render(text, quality) + "\n\n" + render_intervals(boot) + notes
+    head = f"{cfg.evaluate.benchmark} benchmark: {len(tasks)} tasks ({', '.join(tasks)})\n"
+    return head + render(text, quality) + "\n\n" + render_intervals(boot) + notes
 
 
 def run_summary(results: Path, html_out: Path, png_out: Path) -> Path:

@@ -29,7 +29,7 @@ def topic_batch(cfg: GymforgeConfig, batch: str, previous: Path | None, out: Pat
     n = cfg.topics.batch_size
     messages = [
         {"role": "system", "content": render("system_teacher")},
-        {"role": "user", "content": render("topics", n=n, seen=seen)},
+        {"role": "user", "content": render("topics", n=n, seen=seen, kind=cfg.topics.kind)},
     ]
     seed = derive_seed(cfg.seed, "topics", batch)
     with make_client(cfg, "topics") as client:

@@ -15,6 +15,7 @@ from gymforge.core.records import (GenerationRecord, ProposalRecord, Verificatio
                             derive_seed)
 from gymforge.rl.rewards import metric_direction
 from gymforge.stages.generation import draft_code, draft_configs, materialize_task
+from gymforge.student.cpu_training import prepare_cpu_process
 from gymforge.tasks.files import answer_columns
 from gymforge.tasks.posttraining import PostTrainingError, check_headroom
 from gymforge.tasks.probes import CheckError, evidence, probe_environment
@@ -143,6 +144,7 @@ def _attempt(cfg: GymforgeConfig, tree: Path, work: Path, hidden, episode_dir: P
 
 def verify_environment(cfg: GymforgeConfig, slot: str, proposal: Path, configs: Path, code: Path,
            tree: Path, report_out: Path, env_out: Path) -> VerificationReport:
+    prepare_cpu_process()  # a post-training task's reference SFT trains here, beside other jobs on the same cores
     proposal_record = ProposalRecord.model_validate_json(Path(proposal).read_text())
     configs_record = GenerationRecord.model_validate_json(Path(configs).read_text())
     code_record = GenerationRecord.model_validate_json(Path(code).read_text())

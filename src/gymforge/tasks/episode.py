@@ -82,11 +82,12 @@ class EpisodeRunner:
     async def run(
         self, llm: Any, task_yaml: Path, *, root: Path, run_dir: Path, max_steps: int, seed: int,
         baseline: dict[str, float] | None, meta: dict[str, Any], hidden_columns: dict[str, list[str]] | None = None,
-        out_dir: Path | None = None,
+        out_dir: Path | None = None, interface: str | None = None,
     ) -> Trajectory:
-        """One episode; `out_dir` receives MLGym's `<task>.traj` and results.json; `run_dir` is removed after."""
+        """One episode; `out_dir` receives MLGym's `<task>.traj` and results.json; `run_dir` is removed after.
+        `interface` overrides the runner's (`agent.interface`) for this episode."""
         loop = asyncio.get_running_loop()
-        workflow = self.interface == "workflow"
+        workflow = (interface or self.interface) == "workflow"
         env = self.environment(task_yaml, root=root, run_dir=run_dir, hidden_columns=hidden_columns, skills=workflow)
         task = AgentTask(id=env.task.id, description=env.description, baseline=baseline, training_timeout=env.timeout)
         # The session is opened (and closed) in a thread that lives as long as the episode: a bwrap sandbox
@@ -97,7 +98,8 @@ class EpisodeRunner:
             session = await loop.run_in_executor(opener, env.open_session)
             try:
                 skills = await loop.run_in_executor(opener, skills_for, env, baseline) if workflow else None
-                extra = {"interface": "workflow"} if skills is not None else {}
+                # The interface the episode had (a task of another kind gets `cli`), always when one was asked for.
+                extra = {"interface": "workflow"} if skills is not None else {"interface": "cli"} if interface else {}
                 agent = Agent(llm, session, env, task, AgentConfig(max_steps=max_steps), seed=seed, mounts=env.mounts,
                               out_dir=out_dir, meta={**meta, "sandbox": self.sandbox.name, **extra}, commands=skills)
                 traj = await agent.arun()

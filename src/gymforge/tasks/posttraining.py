@@ -32,8 +32,10 @@ import hashlib
 import json
 import math
 import os
+import re
 import shutil
 import stat
+import string
 import threading
 from collections import Counter
 from collections.abc import Callable, Iterable, Mapping
@@ -94,6 +96,19 @@ class ModelRejected(EvaluationFormatError):
     """The submitted model is not a post-trained descendant of the task's base; the message says why."""
 
 
+class PromptSource(BaseModel):
+    """How a task made from a tabular dataset gets its rows: each dataset row rendered into a question and its
+    answer (`render_source`). The pool comes from the dataset's `train` split, the held-out rows from its `test`
+    split, minus any question the pool already asks."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    prompt: str = Field(description="A template over the dataset's columns: `{column}` or `{column:.1f}` (a format "
+                        "spec, no attribute or index access); a row with a missing value in a named column is left out.")
+    answer: str = Field(description="The reply the row should get, a template of the same kind, e.g. `{species}`.")
+    eval_rows: int = Field(40, ge=1, le=1000, description="Held-out rows kept (the first of the test split).")
+
+
 class PostTrainingSpec(BaseModel):
     """`post_training.yaml`: what makes an MLGym task a post-training task."""
 
@@ -108,6 +123,9 @@ class PostTrainingSpec(BaseModel):
     ngram: int = Field(8, ge=3, le=50, description="Word n-grams of the overlap check.")
     overlap_share: float = Field(0.5, gt=0, le=1, description="A held-out prompt counts as leaked when this share of "
                                  "its distinctive n-grams is in the agent's data.")
+    source: PromptSource | None = Field(None, description="Rows made from the task's dataset when the task is "
+                                        "built: the pool at the first `train_files` entry, the held-out rows at "
+                                        "`eval_file`. Without it the task ships both files.")
 
 
 # -- the kind ------------------------------------------------------------------------------------------------
@@ -130,10 +148,15 @@ def resolve_base(key: str, cache: Path, root: Path | None = None) -> Path:
     """A local Hugging Face folder for the base model `key`: `smollm2-135m` built once into `cache`, an existing
     folder (absolute, or relative to the task's `root`), or a hub id downloaded into `cache` (safetensors only)."""
     if key == SMOLLM2:
+        from filelock import FileLock  # deferred, as everywhere: the Snakefile's parse imports this module
+
         out = Path(cache) / SMOLLM2
-        with _BUILD_LOCK:
-            if not (out / "config.json").is_file():
-                build_smollm2(out)
+        if not (out / "config.json").is_file():
+            out.parent.mkdir(parents=True, exist_ok=True)
+            # Jobs that start together build it once (about 80 s of dequantizing): threads, then processes.
+            with _BUILD_LOCK, FileLock(str(out.parent / f".{SMOLLM2}.lock")):
+                if not (out / "config.json").is_file():
+                    build_smollm2(out)
         return out.resolve()
     for candidate in (Path(key), *([Path(root) / key] if root is not None else [])):
         if (candidate / "config.json").is_file():
@@ -266,6 +289,90 @@ def read_rows(text: str) -> list[dict[str, Any]]:
                 raise ValueError(f"line {n}: expected an object with 'prompt' and 'answer'")
             rows.append(row)
     return rows
+
+
+# -- rows made from a dataset -------------------------------------------------------------------------------
+
+_FORMAT_SPEC = re.compile(r"^[<>^=+\- #0-9,._%a-zA-Z]*$")
+
+
+def template_fields(template: str, columns: Iterable[str]) -> list[tuple[str, str, str | None]]:
+    """(literal text, column, format spec) pieces of a `PromptSource` template; ValueError for anything but plain
+    column names with an optional format spec (no attribute or index access, no conversion, no nested fields)."""
+    known, pieces = set(columns), []
+    try:
+        parsed = list(string.Formatter().parse(template))
+    except ValueError as err:
+        raise ValueError(f"template {template!r}: {err}") from None
+    for literal, name, spec, conversion in parsed:
+        if name is not None and (name not in known or conversion or not _FORMAT_SPEC.match(spec or "")):
+            raise ValueError(f"template {template!r}: {{{name}{'!' + conversion if conversion else ''}"
+                             f"{':' + spec if spec else ''}}} is not one of the dataset's columns "
+                             f"({', '.join(sorted(known))}) with a plain format spec")
+        pieces.append((literal, name, spec))
+    return pieces
+
+
+def _fill(pieces: list[tuple[str, str | None, str | None]], row: Mapping[str, Any]) -> str | None:
+    out = []
+    for literal, name, spec in pieces:
+        out.append(literal)
+        if name is None:
+            continue
+        value = row.get(name)
+        if value is None or (isinstance(value, float) and math.isnan(value)):
+            return None
+        out.append(format(value, spec or ""))
+    return "".join(out)
+
+
+def render_rows(source: PromptSource, rows: Iterable[Mapping[str, Any]], columns: Iterable[str]) -> list[dict[str, str]]:
+    """The rows' questions and answers, in order, without rows that miss a value and without repeated questions."""
+    columns = list(columns)
+    prompt, answer = template_fields(source.prompt, columns), template_fields(source.answer, columns)
+    out, seen = [], set()
+    for row in rows:
+        q, a = _fill(prompt, row), _fill(answer, row)
+        if q is not None and a is not None and a.strip() and q not in seen:
+            seen.add(q)
+            out.append({"prompt": q, "answer": a})
+    return out
+
+
+def render_source(spec: PostTrainingSpec, dataset_dir: Path, pool_out: Path, eval_out: Path) -> tuple[int, int]:
+    """Write the task's pool (from the `train` split of the dataset saved at `dataset_dir`) and its held-out rows
+    (from `test`, questions the pool asks left out, at most `source.eval_rows`) as JSON lines with an `id`;
+    returns their counts. Runs on the host when the task is built: the templates are checked, never evaluated."""
+    import datasets
+
+    if spec.source is None:
+        raise PostTrainingError(f"{SPEC_FILE} has no `source`: the task ships its rows")
+    splits = datasets.load_from_disk(str(dataset_dir))
+    if not {"train", "test"} <= set(splits):
+        raise PostTrainingError(f"the dataset at {dataset_dir} has no train and test splits (found {sorted(splits)})")
+    try:
+        pool = render_rows(spec.source, splits["train"], splits["train"].column_names)
+        asked = {r["prompt"] for r in pool}
+        held = [r for r in render_rows(spec.source, splits["test"], splits["test"].column_names)
+                if r["prompt"] not in asked][:spec.source.eval_rows]
+    except ValueError as err:
+        raise PostTrainingError(f"{SPEC_FILE}: source: {err}") from None
+    if not pool or not held:
+        raise PostTrainingError(f"{SPEC_FILE}: source renders {len(pool)} training and {len(held)} held-out rows")
+    for path, rows in ((pool_out, pool), (eval_out, held)):
+        atomic.write_text(path, "".join(json.dumps({"id": i, **r}) + "\n" for i, r in enumerate(rows)))
+    return len(pool), len(held)
+
+
+def spec_in(files: Mapping[str, str]) -> PostTrainingSpec | None:
+    """The `post_training.yaml` among a task's generated starter files, parsed; None for a task of another kind."""
+    text = next((t for path, t in files.items() if PurePosixPath(path).name == SPEC_FILE), None)
+    if text is None:
+        return None
+    try:
+        return PostTrainingSpec.model_validate(yaml.safe_load(text) or {})
+    except (yaml.YAMLError, ValueError) as err:
+        raise PostTrainingError(f"{SPEC_FILE}: {err}") from None
 
 
 # -- descent from the base -----------------------------------------------------------------------------------

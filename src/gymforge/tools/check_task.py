@@ -25,7 +25,7 @@ from gymforge.tasks.episode import EpisodeRunner, sandbox_for
 from gymforge.tasks.posttraining import post_training_settings
 from gymforge.tasks.mlgym import BENCHMARK_TASKS, load_task_config
 from gymforge.tasks.probes import CheckError, measure_baseline, probe_environment
-from gymforge.benchmark.suite import BUILTIN
+from gymforge.benchmark.suite import SUITES
 
 __all__ = ["CheckError", "check_task", "priority_metric"]
 
@@ -35,7 +35,8 @@ def priority_metric(task_id: str, metrics: dict[str, float], metric: str | None 
     """The metric that ranks the task's scores and its direction: as given, else MLGym-Bench's or the built-in
     suite's, else the evaluation's only (or first) metric with the direction the task's description states
     ("lower is better", "minimise"), else the one its name implies (rmse, cost, makespan: lower)."""
-    known = BENCHMARK_TASKS.get(task_id) or (BUILTIN[task_id][:2] if task_id in BUILTIN else None)
+    suite = next((s for s in SUITES.values() if task_id in s), None)
+    known = BENCHMARK_TASKS.get(task_id) or (suite[task_id][:2] if suite is not None else None)
     if metric is None:
         metric = known[0] if known else next(iter(metrics), "")
     if higher_is_better is None:

@@ -41,7 +41,7 @@ from typing import Any, Iterable
 from gymforge.core import plan
 from gymforge.core.config import GymforgeConfig, Price, deep_merge, validate_config
 from gymforge.rl.memory import advice, params_of, rl_update_memory
-from gymforge.benchmark.suite import BUILTIN, BenchmarkError, mlgym_tasks
+from gymforge.benchmark.suite import SUITES, BenchmarkError, mlgym_tasks
 from gymforge.core.plan import SERVED_SOURCES, shard_rollouts
 from gymforge.core.records import ShardRecord
 from gymforge.stages.sft import resolve_unit
@@ -428,8 +428,9 @@ def _eval_tasks(cfg: GymforgeConfig) -> tuple[int, str]:
     ev = cfg.evaluate
     if ev.tasks is not None:
         return len(ev.tasks), "evaluate.tasks"
-    if ev.benchmark == "builtin":
-        return len(BUILTIN), "the built-in suite"
+    if ev.benchmark in SUITES:
+        return len(SUITES[ev.benchmark]), ("the built-in suite" if ev.benchmark == "builtin" else
+                                           "the built-in post-training suite")
     root = Path(ev.mlgym_root or "")
     try:
         return len(mlgym_tasks(root)), f"MLGym tasks found in {root}"  # by their id field, as the plan finds them

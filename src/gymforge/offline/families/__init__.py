@@ -4,6 +4,7 @@ Families and entrypoints:
 - tabular_classification, tabular_regression, time_series_forecasting: CSVSubmissionTasks
 - model_submission: ModelSubmissionTasks
 - game_strategy: PythonSubmissionTasks (no dataset)
+- post_training: PythonSubmissionTasks with post_training.yaml (fine-tune a language model; docs/post-training.md)
 
 The family comes from the topic's vocabulary entry, else from the dataset card; everything else (id,
 target, metric, model, wording, game parameters) is drawn from an RNG seeded by the request seed and the
@@ -27,6 +28,7 @@ from gymforge.offline.families import (
     forecasting,
     games,
     model_submission,
+    post_training,
     regression,
     tabular,
 )
@@ -42,7 +44,7 @@ from gymforge.offline.families.common import (
 )
 
 FAMILIES: dict[str, ModuleType] = {
-    m.NAME: m for m in (classification, regression, forecasting, model_submission, games)
+    m.NAME: m for m in (classification, regression, forecasting, model_submission, games, post_training)
 }
 _BY_PROBLEM = {"classification": classification.NAME, "regression": regression.NAME, "forecasting": forecasting.NAME}
 
@@ -103,13 +105,16 @@ def write_configs(proposal: dict[str, Any], *, seed: int, attempt: int) -> str:
     if dataset is not None:
         name = _dataset_name(spec.task_id)
         task["dataset_configs"] = [f"datasets/{name}.yaml"]
+        doc = getattr(module, "dataset_doc", _dataset_doc)(spec, dataset)
         files[f"configs/datasets/{name}.yaml"] = dump_yaml(DatasetConfig(
-            name=name, description=_dataset_doc(spec, dataset), data_path=f"data/{spec.task_id}/data", is_local=True))
+            name=name, description=doc, data_path=f"data/{spec.task_id}/data", is_local=True))
     task |= {
         "task_entrypoint": module.ENTRYPOINT, "training_timeout": rng.choice((600, 900, 1200, 1800)),
         "use_generic_conda": True, "starter_code": [f"data/{spec.task_id}/{f}" for f in (baseline, evaluation)],
         "baseline_paths": [baseline], "evaluation_paths": [evaluation], "evaluation_read_only": True,
     }
+    if (extra := getattr(module, "config_fields", None)) is not None:
+        task |= extra(spec)
     bug = bugs.config_bug(_key(proposal), seed, attempt)
     if bug == "id_mismatch":
         task["id"] = other_style(spec.task_id)
@@ -140,6 +145,10 @@ def spec_from_configs(configs: dict[str, str], dataset: dict[str, Any] | None) -
     facts = parse_facts(str(task.get("description", "")))
     task_id = str(task["id"])
     entrypoint = task.get("task_entrypoint", classification.ENTRYPOINT)
+    if post_training.is_post_training(task):
+        if dataset is None:
+            raise ValueError(f"post-training task {task_id} needs its dataset to write code against")
+        return post_training.spec_from(task, dataset)
     if entrypoint == games.ENTRYPOINT:
         return TaskSpec(family=games.NAME, task_id=task_id, metric="Score", game=games.parse_game(facts))
     if dataset is None:
@@ -175,6 +184,8 @@ def write_code(configs: dict[str, str], dataset: dict[str, Any] | None, *, seed:
             if (changed := bugs.drop_import(sources[path], rng)) is not None:
                 sources = {**sources, path: changed}
                 break
+    elif bug == "wrong_column" and hasattr(module, "misname_column"):
+        sources = module.misname_column(sources, spec, rng)
     elif bug == "wrong_column":
         sources = {**sources, baseline: bugs.misname_column(sources[baseline], [c.name for c in spec.columns], rng)}
     elif bug == "runtime":

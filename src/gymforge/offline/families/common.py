@@ -183,6 +183,7 @@ class TaskSpec:
     columns: tuple[Column, ...] = ()
     n_rows: int = 0
     game: Game | None = None
+    facts: tuple[tuple[str, str], ...] = ()  # the description's facts a family needs beyond the fields above
 
     @property
     def higher_is_better(self) -> bool:
