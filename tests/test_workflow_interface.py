@@ -286,3 +286,19 @@ def test_for_config_reads_the_interface_only_when_an_episode_runs() -> None:
     cfg = GymforgeConfig.model_validate({"agent": {"interface": "workflow"}})
     assert EpisodeRunner.for_config(cfg, 0).interface == "workflow"
     assert GymforgeConfig().agent.interface == "cli"
+
+
+@pytest.mark.slow  # two submit-baseline episodes with the tiny base: ~40 s on the 2-core machine
+def test_run_task_gives_the_skills_only_under_the_workflow_interface(tmp_path: Path, model_cache: Path) -> None:
+    from gymforge.agent.trajectory import read_trajectory
+    from gymforge.tools.run_task import run_task
+
+    root = builtin_root()
+    settings = GymforgeConfig.model_validate({"post_training": {"cache_dir": str(model_cache)}})
+    for interface in ("workflow", "cli"):
+        traj = read_trajectory(run_task(root / "configs" / "tasks" / f"{TASK}.yaml", root, "submit-baseline",
+                                        tmp_path / interface, limits=LIMITS, settings=settings, interface=interface))
+        first = traj.history[1]["content"]
+        assert traj.info.exit_status == "submitted" and traj.info.score  # the base, scored
+        assert ("WORKFLOW" in first) == (interface == "workflow")
+        assert traj.meta.get("interface") == ("workflow" if interface == "workflow" else None)

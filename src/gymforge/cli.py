@@ -245,6 +245,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--sandbox", choices=["local", "docker"], default="local")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--max-steps", type=int, default=50)
+    p.add_argument("--interface", choices=["cli", "workflow"], default="cli",
+                   help="workflow: a post-training task's skills beside the shell (docs/post-training.md)")
     p.add_argument("--gpus", type=int, default=None, help="GPUs for LM tasks (default: detect)")
 
     p = command("check-task", _run_tool, "probe a task's evaluator with knowledge-free degenerate submissions; "

@@ -35,6 +35,7 @@ from gymforge.tasks.mlgym import load_task_config
 from gymforge.sandbox import Limits
 from gymforge.tasks.datacache import cache_root
 from gymforge.tasks.episode import EpisodeRunner, sandbox_for
+from gymforge.tasks.workflow import skills_for
 from gymforge.tasks.posttraining import post_training_settings
 
 POLICIES = ("submit-baseline", "teacher", "replay")
@@ -155,6 +156,7 @@ def run_task(
     dataset_cache: Path | None = None,
     replay: Path | None = None,
     settings: GymforgeConfig | None = None,
+    interface: str = "cli",
 ) -> Path:
     """Run one episode of the task at `task_yaml` (root: the tree holding it) and return the `.traj` path.
 
@@ -162,6 +164,7 @@ def run_task(
     `dataset_cache`: the fetched hub datasets (`gymforge.stages.datasets`) the task's non-local datasets load from.
     `replay`: the file whose replies the `replay` policy sends (a replay file alone implies that policy).
     `settings`: the config post-training tasks' base model and model cache come from (default: `cfg`'s).
+    `interface`: `workflow` gives a post-training task's episode the workflow skills (other tasks get `cli`).
     """
     if replay is not None:
         policy = "replay"
@@ -182,10 +185,11 @@ def run_task(
     runner = EpisodeRunner(sandbox_for(run_cfg, gpus), limits, dataset_cache, gpus=gpus,
                            post_training=post_training_settings(settings or run_cfg))
 
-    def environment(name: str) -> TaskEnvironment:
-        return runner.environment(task_yaml, root=root, run_dir=out / name, hidden_columns=hidden_columns)
+    def environment(name: str, skills: bool = False) -> TaskEnvironment:
+        return runner.environment(task_yaml, root=root, run_dir=out / name, hidden_columns=hidden_columns,
+                                  skills=skills)
 
-    env = environment("episode")
+    env = environment("episode", skills=interface == "workflow")
     if env.task.baseline_scores:
         baseline = env.task.baseline_scores[0]
     else:
@@ -210,10 +214,13 @@ def run_task(
             "root": str(env.root)}
     if replay is not None:
         meta["replay"] = {"file": str(Path(replay).resolve()), "replies": len(replies or [])}
+    skills = skills_for(env, baseline) if interface == "workflow" else None
+    if skills is not None:
+        meta["interface"] = "workflow"
     try:
         with env.open_session() as session:
             Agent(model, session, env, task, AgentConfig(max_steps=max_steps), seed=seed, mounts=env.mounts,
-                  out_dir=out, meta=meta).run()
+                  out_dir=out, meta=meta, commands=skills).run()
     finally:
         if owned is not None:
             owned.close()
@@ -230,7 +237,8 @@ def main(args: Any) -> None:
         raise SystemExit("gymforge run-task: --replay replaces --policy; give one of them")
     traj = run_task(Path(args.task_yaml), Path(args.root) if args.root else None, args.policy, Path(args.out),
                     sandbox=args.sandbox, cfg=cfg, seed=args.seed, max_steps=args.max_steps, gpus=args.gpus,
-                    dataset_cache=cache, replay=Path(args.replay) if args.replay else None, settings=settings)
+                    dataset_cache=cache, replay=Path(args.replay) if args.replay else None, settings=settings,
+                    interface=args.interface)
     info = read_trajectory(traj).info
     print(f"{traj}: {info.exit_status}; scores {info.score}")
     for flag in info.flags:
