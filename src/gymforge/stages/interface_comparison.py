@@ -101,5 +101,6 @@ def interface_comparison(cfg: GymforgeConfig, shards: list[Path], reports: list[
     atomic.write_text(out, json.dumps({"level": LEVEL, "samples": SAMPLES, "seed": SEED,
                                        "interfaces": cfg.trajectories.interfaces, "measures": MEASURES,
                                        "by_interface": table}, indent=2))
-    atomic.write_text(table_out, render(table))
-    return render(table)
+    text = render(table)
+    atomic.write_text(table_out, text)
+    return text

@@ -260,9 +260,11 @@ def load(root: Path, task: TaskConfig, layout: Mapping[str, str], *, base_model:
     if SPEC_FILE not in layout:
         return None
     try:
-        spec = PostTrainingSpec.model_validate(yaml.safe_load((root / layout[SPEC_FILE]).read_text()) or {})
-    except (OSError, yaml.YAMLError, ValueError) as err:
+        spec = parse_spec((root / layout[SPEC_FILE]).read_text())
+    except OSError as err:
         raise PostTrainingError(f"{task.id}: {SPEC_FILE}: {err}") from None
+    except PostTrainingError as err:
+        raise PostTrainingError(f"{task.id}: {err}") from None
     names = {PurePosixPath(p).name for p in task.secret_files}
     if PurePosixPath(spec.eval_file).name not in names:
         raise PostTrainingError(f"{task.id}: {SPEC_FILE}: eval_file {spec.eval_file!r} must be one of the task's "
@@ -367,8 +369,11 @@ def render_source(spec: PostTrainingSpec, dataset_dir: Path, pool_out: Path, eva
 def spec_in(files: Mapping[str, str]) -> PostTrainingSpec | None:
     """The `post_training.yaml` among a task's generated starter files, parsed; None for a task of another kind."""
     text = next((t for path, t in files.items() if PurePosixPath(path).name == SPEC_FILE), None)
-    if text is None:
-        return None
+    return None if text is None else parse_spec(text)
+
+
+def parse_spec(text: str) -> PostTrainingSpec:
+    """`post_training.yaml`'s text as a spec; PostTrainingError says what is wrong with it."""
     try:
         return PostTrainingSpec.model_validate(yaml.safe_load(text) or {})
     except (yaml.YAMLError, ValueError) as err:
