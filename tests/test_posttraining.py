@@ -238,6 +238,23 @@ def test_the_baseline_is_the_base_and_a_fine_tune_is_scored_through_the_contract
 
 
 @pytest.mark.slow  # the tiny models' fixture: ~30 s on the 2-core machine
+def test_a_model_scored_before_is_not_generated_for_again_and_a_changed_one_is(baseline, tiny) -> None:
+    """Validate, then submit unchanged: the second evaluation reuses the first's score (the same rebuilt folder
+    scores the same); other weights are scored anew."""
+    env, _ = baseline
+    put_model(env, tiny["tuned"])
+    first, _ = env.evaluate()
+    ran = env.last_submission_run
+    again, _ = env.evaluate()
+    assert again == first and env.last_submission_run is ran
+    put_model(env, tiny["base"])
+    base, _ = env.evaluate()
+    assert env.last_submission_run is not ran and base != first
+    put_model(env, tiny["tuned"])
+    assert env.evaluate()[0] == first and env.last_submission_run is ran
+
+
+@pytest.mark.slow  # the tiny models' fixture: ~30 s on the 2-core machine
 def test_a_foreign_checkpoint_and_a_missing_or_linked_model_are_refused(baseline, tiny, tmp_path: Path) -> None:
     env, _ = baseline
     put_model(env, tiny["foreign"])
@@ -276,6 +293,7 @@ def test_tampering_with_the_generation_or_planting_code_in_the_model_changes_not
     (model / "tokenizer_config.json").write_text(json.dumps(
         {**tokenizer_config, "auto_map": {"AutoTokenizer": ["tokenization_evil.EvilTokenizer", None]}}))
     (model / "tokenization_evil.py").write_text(payload)
+    env.scoring.scored.clear()  # the weights are unchanged: without this the earlier score would be reused
     again, _ = env.evaluate()
     assert again == honest
     config = json.loads((model / "config.json").read_text())

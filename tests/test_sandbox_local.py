@@ -336,6 +336,18 @@ def test_no_host_path_in_the_sandbox_environment(ws: Path) -> None:
 
 
 @needs_bwrap
+def test_torch_in_the_sandbox_gets_the_jobs_cores_not_the_machines(ws: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Two 1-core Snakemake jobs on 2 cores: each sandbox's fine-tune or generation runs 1 torch thread, not 2."""
+    monkeypatch.setenv("OMP_NUM_THREADS", "1")  # what Snakemake exports for a job of 1 thread
+    r = LocalBackend("bwrap").run_once(ws, ["bash", "-c", "echo $GYMFORGE_TORCH_THREADS $OMP_WAIT_POLICY"],
+                                       timeout=30, limits=LIMITS)
+    assert r.output.split() == ["1", "PASSIVE"], r.output
+    monkeypatch.setenv("OMP_NUM_THREADS", "3")
+    r = LocalBackend("bwrap").run_once(ws, ["bash", "-c", "echo $GYMFORGE_TORCH_THREADS"], timeout=30, limits=LIMITS)
+    assert r.output.split() == ["3"], r.output
+
+
+@needs_bwrap
 def test_the_sandbox_resolves_its_own_hostname_and_none_of_the_hosts(ws: Path) -> None:
     """torchrun's c10d store looks up the sandbox's hostname: it must resolve (to loopback), from a hosts file of
     the sandbox's own that names nothing of the host."""

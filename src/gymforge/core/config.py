@@ -416,8 +416,8 @@ class ReferenceSftConfig(_Strict):
     batch_size: int = Field(4, ge=1, description="Rows per step (no accumulation).")
     max_rows: int = Field(256, ge=1, description="Rows of the task's training pool it reads.")
     seed: int = 0
-    threads: int = Field(2, ge=1, description="torch threads (set deliberately: an oversubscribed pool runs ~20x "
-                         "slower on 2 cores).")
+    threads: int | None = Field(None, ge=1, description="torch threads; null: the job's cores (set deliberately: an "
+                                "oversubscribed pool runs ~20x slower on 2 cores).")
 
 
 class PostTrainingConfig(_Strict):

@@ -34,6 +34,8 @@ from gymforge.offline.families.common import seeded
 TASK_HEADING = "TASK DESCRIPTION:"
 WORKFLOW_HEADING = "WORKFLOW: you post-train the model through skills"  # core/templates/agent_workflow.j2
 MAX_TRAININGS = 2  # training runs that finish in an episode (failed ones do not count): cheap on 2 CPU cores
+# A SmolLM2-135M step of 4 rows costs ~3.2 s on 2 cores (compute-bound), so runs stay short: 6-10 steps, at most 16.
+MOST_STEPS = 16
 _ELIDED = re.compile(r"^Old output omitted \(\d+ lines\)$")
 _NUMBER = r"(-?\d+(?:\.\d+)?(?:e[-+]?\d+)?)"
 _SCORE = re.compile(r"^Evaluation Score: (\{.*\})\s*$", re.MULTILINE)
@@ -336,7 +338,7 @@ def draw_plan(task: Task, seed: int, skill: float) -> Plan:
     look = ("ls" if rng.random() < 0.5 else "ls -la", *looks)
     odds = {"data_key": 0.45, "trl_arg": 0.45, "tokenizer": 0.4, "guard": 0.5, "high_lr": 0.35, "skip_data_check": 0.5}
     faults = frozenset(name for name, p in odds.items() if rng.random() < p * f)
-    steps = rng.choice((10, 10, 12, 16))
+    steps = rng.choice((6, 8, 8, 10))
     lr = 3e-3 if "high_lr" in faults else rng.choice((2e-4, 2e-4, 1e-4, 3e-4))
     return Plan(look=look, check_baseline=rng.random() < 0.3 + 0.4 * skill, faults=faults,
                 first=Recipe(steps=steps, learning_rate=lr), iterate=rng.random() < 0.2 + 0.7 * skill,
@@ -393,10 +395,10 @@ class Episode:
                 return replace(recipe, learning_rate=2e-4), (
                     f"No gain over the base: a learning rate of {_lr(recipe.learning_rate)} is far too high for a full "
                     "fine-tune and has probably wrecked the model. I will train again at 2e-4, nothing else changed.")
-            if recipe.steps < 20:
-                return replace(recipe, steps=20), (
+            if recipe.steps < MOST_STEPS:
+                return replace(recipe, steps=MOST_STEPS), (
                     f"No gain over the base after {recipe.steps} steps; the format may need more updates. I will "
-                    "train for 20 steps, nothing else changed.")
+                    f"train for {MOST_STEPS} steps, nothing else changed.")
             return None
         if recipe.learning_rate >= 1e-3:
             return replace(recipe, learning_rate=2e-4), (
@@ -404,9 +406,9 @@ class Episode:
                 "fine-tune. One change for the next run: 2e-4.")
         if not self.plan.iterate or (best is not None and self.better(best, score)):  # only improve on the best
             return None
-        if self.plan.change == "steps" and recipe.steps < 20:
-            return replace(recipe, steps=min(20, recipe.steps * 2)), (
-                f"The fine-tune helps. One change for the next run: {min(20, recipe.steps * 2)} steps instead of "
+        if self.plan.change == "steps" and recipe.steps < MOST_STEPS:
+            return replace(recipe, steps=min(MOST_STEPS, recipe.steps * 2)), (
+                f"The fine-tune helps. One change for the next run: {min(MOST_STEPS, recipe.steps * 2)} steps instead of "
                 f"{recipe.steps}, to see whether more updates help.")
         lr = 1e-4 if recipe.learning_rate > 1e-4 else 2e-4
         return replace(recipe, learning_rate=lr), (

@@ -19,6 +19,7 @@ from typing import Any, Protocol
 from pydantic import BaseModel, Field, field_validator
 
 from gymforge.core.config import SandboxConfig
+from gymforge.core.cpus import cpu_threads
 
 from . import beneath
 
@@ -183,6 +184,9 @@ def sandbox_env(extra: Mapping[str, str] | None, *, home: str, path: str, networ
         # A command that raises its pool (a fine-tune's torch.set_num_threads(2)) shares the cores with other
         # episodes: OpenMP threads that spin at barriers while another job holds the core ran ~6x slower.
         "OMP_WAIT_POLICY": "PASSIVE",
+        # What a command that owns the job's cores may raise its pool to (a fine-tune, a model's generation): the
+        # job's cores, not the machine's, so that two 1-core jobs on 2 cores do not run 4 torch threads.
+        "GYMFORGE_TORCH_THREADS": str(cpu_threads()),
     }
     if not network:
         # Without these the Hugging Face libraries retry a dead network for ~20 s before failing.

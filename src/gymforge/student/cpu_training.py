@@ -38,45 +38,17 @@ then slower steps with dynamic shapes), eager attention (materialises the score 
 from __future__ import annotations
 
 import functools
-import math
 import os
 import sys
 import types
-from pathlib import Path
 from typing import Any
+
+from gymforge.core.cpus import cpu_threads
 
 # Logits of at most this many elements (tokens x vocabulary) are computed at once: 128 MiB in float32. The offline
 # student's 4,096-token vocabulary fits 8,192 trained tokens, a whole max_length; a larger vocabulary (SmolLM2's
 # 49,152) is cut into token chunks whose logits are recomputed in the backward.
 LOGITS_ELEMENTS = 1 << 25
-
-CPU_MAX = Path("/sys/fs/cgroup/cpu.max")  # cgroup v2: "<quota> <period>" or "max <period>"
-
-
-def cpu_quota(path: Path | None = None) -> int | None:
-    """The CPUs a cgroup CPU quota allows (rounded up; `CPU_MAX` unless `path`), or None without a quota."""
-    try:
-        quota, period = (CPU_MAX if path is None else path).read_text().split()[:2]
-        return max(1, math.ceil(int(quota) / int(period))) if quota != "max" else None
-    except (OSError, ValueError):
-        return None
-
-
-def cpu_threads(processes: int = 1) -> int:
-    """The job's cores: `OMP_NUM_THREADS` when set (Snakemake sets it to the job's threads; torchrun to 1 per process
-    when it starts several), else the CPUs this process may run on (its affinity mask, which taskset, SLURM and
-    container CPU sets restrict, and at most a cgroup CPU quota's) shared by the `processes` training processes of
-    this machine."""
-    value = os.environ.get("OMP_NUM_THREADS", "").split(",")[0].strip()
-    if value.isdigit() and int(value) > 0:
-        return int(value)
-    try:
-        cpus = len(os.sched_getaffinity(0))
-    except AttributeError:  # no sched_getaffinity (macOS)
-        cpus = os.cpu_count() or 1
-    cpus = min(cpus, cpu_quota() or cpus)
-    return max(1, cpus // max(1, processes))
-
 
 def prepare_cpu_process() -> bool:
     """In a training process, before torch is imported: OpenMP threads that sleep at a barrier instead of spinning

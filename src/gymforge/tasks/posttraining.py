@@ -48,6 +48,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from gymforge.agent.errors import EvaluationFormatError, SubmissionNotFound
 from gymforge.core import atomic
+from gymforge.core.cpus import cpu_threads
 from gymforge.core.config import GymforgeConfig, ReferenceSftConfig
 from gymforge.core.dedup import words
 from gymforge.core.records import Flag
@@ -631,7 +632,8 @@ def reference_sft(base: Path, rows: list[dict[str, Any]], out: Path, settings: R
     from transformers import AutoModelForCausalLM, AutoTokenizer
     from trl import SFTConfig, SFTTrainer
 
-    torch.set_num_threads(settings.threads)  # deliberately: 2 cores, and an oversubscribed pool runs ~20x slower
+    # deliberately: the job's cores (an oversubscribed pool runs ~20x slower on 2 cores)
+    torch.set_num_threads(settings.threads or cpu_threads())
     started = time.monotonic()
     tokenizer = AutoTokenizer.from_pretrained(str(base), trust_remote_code=False, local_files_only=True)
     model = AutoModelForCausalLM.from_pretrained(str(base), use_safetensors=True, dtype=torch.float32,

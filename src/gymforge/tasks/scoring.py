@@ -10,6 +10,7 @@ Host-side code never follows a path the agent controls: every read and copy of t
 from __future__ import annotations
 
 import builtins
+import hashlib
 import json
 import os
 import re
@@ -45,6 +46,17 @@ def excerpt(text: str) -> str:
     """The tail of a process's output that a message quotes."""
     text = text.strip()
     return text if len(text) <= _EXCERPT_CHARS else "[...]\n" + text[-_EXCERPT_CHARS:]
+
+
+def _tree_digest(folder: Path) -> str:
+    """sha256 over the relative paths, sizes and bytes of the regular files under a host-made folder."""
+    digest = hashlib.sha256()
+    for path in sorted(p for p in folder.rglob("*") if p.is_file() and not p.is_symlink()):
+        digest.update(f"{path.relative_to(folder).as_posix()}\0{path.stat().st_size}\0".encode())
+        with path.open("rb") as f:
+            for chunk in iter(lambda: f.read(1 << 20), b""):
+                digest.update(chunk)
+    return digest.hexdigest()
 
 
 def _json_objects(text: str) -> list[dict[str, Any]]:
@@ -127,6 +139,8 @@ class Scoring:
         self.installed = installed
         self.last_evaluation: ExecResult | None = None
         self.last_submission_run: ExecResult | None = None  # the submission's own sandbox in the last evaluation
+        # Post-training models scored in this environment, by the digest of what their sandbox got (`_tree_digest`).
+        self.scored: dict[str, tuple[dict[str, float], ExecResult, ExecResult | None]] = {}
 
     @property
     def isolated(self) -> bool:
@@ -196,6 +210,7 @@ class Scoring:
         entrypoint = it.task.task_entrypoint
         serve = isolated and entrypoint in ("PythonSubmissionTasks", "ModelSubmissionTasks", "LMSubmissionTasks")
         ev = it.run_dir / ".eval"
+        key = None
         remove_path(ev)
         ev.mkdir(mode=0o755)
         try:
@@ -207,6 +222,13 @@ class Scoring:
             if serve and it.post_training is not None:  # only the model, checked and rebuilt from the base
                 self._snapshot(ev / "submission", [posttraining.ARTEFACT], artefact)
                 it.post_training.admit(ev / "submission")
+                # The scorer holds only the task's files, and the submission's sandbox only this rebuilt folder, and
+                # generation is greedy: the same folder scores the same. A model scored before (validated, then
+                # submitted unchanged) is not generated for again.
+                key = _tree_digest(ev / "submission")
+                if key in self.scored:
+                    metrics, self.last_evaluation, self.last_submission_run = self.scored[key]
+                    return dict(metrics), f"{it.workdir}/{artefact}"
             elif serve:
                 self._snapshot(ev / "submission", None, artefact)
             make_readable(ev)  # the sandboxes' users own nothing here and only read it
@@ -218,10 +240,13 @@ class Scoring:
         if status is None or status.get("exit") != 0 or result.timed_out or result.limit:
             raise self._failure(result, status, server, shown, isolated)
         try:
-            return parse_metrics(metrics_text), shown
+            metrics = parse_metrics(metrics_text)
         except EvaluationFormatError as err:
             raise EvaluationFailed(str(err) if not it.has_secrets else
                                    "the evaluation printed no readable metrics", detail=result.output) from None
+        if key is not None:
+            self.scored[key] = (dict(metrics), result, server)
+        return metrics, shown
 
     def _snapshot(self, dest: Path, only: list[str] | None, artefact: str | None) -> None:
         it = self.installed

@@ -159,11 +159,11 @@ def describe(spec: TaskSpec, proposal: dict[str, Any], rng: random.Random) -> st
         "tokenizer, the same tensor names and shapes, weights close to the base's); another checkpoint, a "
         "re-initialised one or pickled weights are rejected. Training data that reproduces held-out questions is "
         "flagged. Use an existing trainer (TRL's SFTTrainer or transformers' Trainer) and set "
-        "torch.set_num_threads(2): the machine has 2 cores.",
+        "torch.set_num_threads to $GYMFORGE_TORCH_THREADS, the cores your commands have.",
         "Only the safetensors weights of final_model/ are loaded, and only if they descend from base_model/ (same "
         "config, tokenizer, tensor names and shapes, weights near the base's). Do not train on held-out questions: "
         "such data is flagged. Train with an existing trainer (TRL's SFTTrainer or transformers' Trainer), "
-        "torch.set_num_threads(2).",
+        "torch.set_num_threads($GYMFORGE_TORCH_THREADS).",
     ))
     example = f"A pool row: {json.dumps({'id': 0, 'prompt': question, 'answer': answer})}"
     return description(proposal_text(proposal), body, facts, example, closing)
