@@ -333,14 +333,7 @@ def real_episode(tmp_path: Path, bwrap_backend: Any, model_cache: Path, monkeypa
 
     runner = EpisodeRunner(bwrap_backend, Limits(memory_mb=4096, cpu_seconds=900, max_processes=256),
                            interface=interface, post_training=lambda: (None, model_cache))
-    real_environment = runner.environment
-
-    def environment(*args: Any, **kwargs: Any) -> Any:  # the threads a 2-core machine can spare
-        env = real_environment(*args, **kwargs)
-        env.run_env = {**env.run_env, "GYMFORGE_TORCH_THREADS": "2", "OMP_NUM_THREADS": "2"}
-        return env
-
-    monkeypatch.setattr(runner, "environment", environment)
+    monkeypatch.setenv("OMP_NUM_THREADS", "2")  # the job's cores: each sandbox's torch gets them (GYMFORGE_TORCH_THREADS)
     llm = LLMClient(EndpointConfig(provider="offline", model=model), stage="agent", cache_dir=tmp_path / "cache",
                     ledger_dir=tmp_path / "ledger", budget_usd=10.0, base_url=ensure_server())
     root = builtin_root()

@@ -172,14 +172,7 @@ def episode(tmp_path: Path, bwrap_backend: SandboxBackend, model_cache: Path, mo
             interface: str, replies: list[str]) -> tuple[Any, LoopbackServer, Path]:
     monkeypatch.setenv("GYMFORGE_TEST_KEY", "sk-test")
     runner = EpisodeRunner(bwrap_backend, LIMITS, interface=interface, post_training=lambda: (None, model_cache))
-    real_environment = runner.environment
-
-    def environment(*args: Any, **kwargs: Any) -> Any:  # the threads a 2-core machine can spare
-        env = real_environment(*args, **kwargs)
-        env.run_env = {**env.run_env, "GYMFORGE_TORCH_THREADS": "2", "OMP_NUM_THREADS": "2"}
-        return env
-
-    monkeypatch.setattr(runner, "environment", environment)
+    monkeypatch.setenv("OMP_NUM_THREADS", "2")  # the job's cores: each sandbox's torch gets them (GYMFORGE_TORCH_THREADS)
     server = LoopbackServer([Answer(200, {}, completion(r)) for r in replies]).start()
     run_dir = tmp_path / "run"
     keep = tmp_path / "kept"
