@@ -10,7 +10,8 @@ import pytest
 
 from gymforge import cli
 from gymforge.core.config import GymforgeConfig
-from gymforge.stages.evaluation import EvalRecord, evaluate_task
+from gymforge.sandbox import local
+from gymforge.stages.evaluation import EvalRecord, check_benchmark_task, evaluate_task
 from gymforge.stages.scores import score_table
 
 TASK = "graphColoring"
@@ -201,3 +202,21 @@ def test_a_gameable_benchmark_task_is_reported_beside_its_aup_or_excluded(tmp_pa
         assert entry["evaluator"]["gameable"] and entry["evaluator"]["gameable_probes"][0]["name"] == "empty"
         assert "ratio_submission" in entry["models"]["teacher"]
         assert not scores["tasks"]["signalDenoising"]["evaluator"]["gameable"]
+
+
+@pytest.mark.skipif(not local._unshare_works(), reason="unshare needs root")
+def test_a_suites_evaluators_are_checked_without_bubblewrap(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """On a host without bubblewrap (`sandbox.allow_weak_confinement: true`) the weaker sandbox shows host paths:
+    a Python submission is still reached through its channel from a results folder deeper than a Unix socket's
+    108-byte address, and a task's data is mounted over the data folder its scorer's copy already holds."""
+    monkeypatch.setattr(local, "_bwrap_works", lambda: False)
+    deep = tmp_path / ("d" * 60) / ("e" * 60)
+    cfg = make_cfg(deep, tasks=[TASK, "blobClustering"])
+    cfg = cfg.model_copy(update={"sandbox": cfg.sandbox.model_copy(update={"allow_weak_confinement": True})})
+    for task in (TASK, "blobClustering"):  # a Python submission; a CSV one reading data/
+        out = cfg.results / "scores" / "checks" / f"{task}.json"
+        out.parent.mkdir(parents=True, exist_ok=True)
+        check_benchmark_task(cfg, task, out)
+        report = json.loads(out.read_text())
+        assert report["baseline_source"] == "measured" and not report["gameable"], report
+        assert [p for p in report["probes"] if p["applicable"]], report["probes"]

@@ -223,6 +223,24 @@ def test_read_only_mounts(ws: Path, tmp_path: Path) -> None:
     assert r.output == "id,label\n"
 
 
+@pytest.mark.parametrize("confinement", CONFINEMENTS)
+def test_a_mount_hides_what_the_workspace_holds_at_its_target_until_the_sandbox_ends(
+        ws: Path, tmp_path: Path, confinement: str) -> None:
+    """A task's data folder is mounted where the workspace already has one (a scorer's copy of the task): the
+    sandbox sees the mounted files only, and the workspace's own come back unchanged afterwards, whether the
+    mount is a bind mount (bwrap) or a link (weak confinement)."""
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    (shared / "train.csv").write_text("x,y\n")
+    (ws / "data").mkdir()
+    (ws / "data" / "own.txt").write_text("mine\n")
+    backend = LocalBackend(confinement, allow_weak_confinement=confinement != "bwrap")  # type: ignore[arg-type]
+    r = backend.run_once(ws, ["ls", "data"], timeout=30, limits=LIMITS, mounts=[Mount(host=shared, target="data")])
+    assert r.exit_code == 0 and r.output.split() == ["train.csv"], r
+    assert sorted(p.name for p in ws.iterdir()) == ["data"] and not (ws / "data").is_symlink()
+    assert (ws / "data" / "own.txt").read_text() == "mine\n" and os.listdir(shared) == ["train.csv"]
+
+
 @needs_bwrap
 def test_process_limit_bounds_a_fork_bomb(ws: Path) -> None:
     limits = Limits(memory_mb=1024, max_processes=32)

@@ -30,6 +30,7 @@ import functools
 import hashlib
 import logging
 import os
+import secrets
 import select
 import shutil
 import signal
@@ -469,9 +470,9 @@ class LocalBackend:
             prefix = _bwrap_argv(ws, limits, mounts, uid, self.gpus, ws_read_only)
             cleanup = functools.partial(remove_mount_points, ws, created)
         else:
-            links = _link_mounts(ws, mounts)
+            links, shadowed = _link_mounts(ws, mounts)
             prefix = [] if self.confinement == "none" else _UNSHARE + ([] if limits.network else ["--net"])
-            cleanup = functools.partial(remove_mount_points, ws, links)
+            cleanup = functools.partial(_unlink_mounts, ws, links, shadowed)
         if not _is_root():
             nproc = _user_tasks(os.getuid()) + limits.max_processes
         ulimit = f"ulimit -c 0 -v {limits.memory_mb * 1024} -f {limits.max_file_mb * 1024} -n {limits.open_files}"
@@ -561,21 +562,40 @@ def _then(first: Callable[[], None], second: Callable[[], None]) -> Callable[[],
     return both
 
 
-def _link_mounts(ws: Path, mounts: Sequence[Mount]) -> list[Path]:
-    """Without bwrap a mount is a symlink in the workspace; read-only is then not enforced."""
+def _link_mounts(ws: Path, mounts: Sequence[Mount]) -> tuple[list[Path], list[tuple[Path, Path]]]:
+    """Without bwrap a mount is a symlink in the workspace; read-only is then not enforced. Like a mount, the link
+    hides what the workspace holds at its target (a data folder of the task's files, say) until the sandbox
+    ends: that is moved aside and back (`_unlink_mounts`). Returns the paths made and the (aside, target) pairs."""
     created: list[Path] = []
-    for m in mounts:
-        target = Path(resolve_target(m.target, str(ws)))
-        host = m.host.resolve()
-        if target == host:
-            continue
-        if not target.is_relative_to(ws) or os.path.lexists(target):
-            remove_mount_points(created)
-            raise SandboxError(f"mount at {target} needs bwrap confinement (outside the workspace or already there)")
-        missing = missing_ancestry(ws, target)
-        target.parent.mkdir(parents=True, exist_ok=True)
-        target.symlink_to(host)
-        created += missing
-        if m.read_only:
-            log.warning("read-only mount %s -> %s is not enforced without bwrap", host, target)
-    return created
+    shadowed: list[tuple[Path, Path]] = []
+    try:
+        for m in mounts:
+            target = Path(resolve_target(m.target, str(ws)))
+            host = m.host.resolve()
+            if target == host:
+                continue
+            if not target.is_relative_to(ws) or target == ws:
+                raise SandboxError(f"mount at {target} needs bwrap confinement (outside the workspace)")
+            if os.path.lexists(target):
+                aside = target.with_name(f".{target.name}.gymforge-hidden-{secrets.token_hex(4)}")
+                os.rename(target, aside)
+                shadowed.append((aside, target))
+            missing = missing_ancestry(ws, target)
+            target.parent.mkdir(parents=True, exist_ok=True)
+            target.symlink_to(host)
+            created += missing
+            if m.read_only:
+                log.warning("read-only mount %s -> %s is not enforced without bwrap", host, target)
+    except BaseException:
+        _unlink_mounts(ws, created, shadowed)
+        raise
+    return created, shadowed
+
+
+def _unlink_mounts(ws: Path, created: list[Path], shadowed: list[tuple[Path, Path]]) -> None:
+    remove_mount_points(ws, created)
+    for aside, target in reversed(shadowed):
+        try:
+            os.rename(aside, target)
+        except OSError as e:  # the sandboxed code put something there: what it wrote stays, the original aside
+            log.warning("could not put %s back at %s: %s", aside, target, e)
