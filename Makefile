@@ -57,7 +57,8 @@ run: setup
 test: setup test-deps
 	$(BIN)/ruff check src tests bench
 	$(BIN)/lint-imports
-	$(BIN)/pytest -q -ra -n 3 --dist loadgroup -m "not serial" --durations=15
+	$(BIN)/pytest -q -ra -n 3 --dist loadgroup -m "not serial and not heavy" --durations=15
+	$(BIN)/pytest -q -ra -n 2 --dist loadgroup -m heavy --durations=5
 	$(BIN)/pytest -q -ra -m serial
 
 # The edit-test loop: everything not marked slow, on three pytest-xdist workers (tests/conftest.py groups tests that

