@@ -57,7 +57,7 @@ run: setup
 test: setup test-deps
 	$(BIN)/ruff check src tests bench
 	$(BIN)/lint-imports
-	$(BIN)/pytest -q -ra -n 3 --dist loadgroup -m "not serial and not heavy" --durations=15
+	$(BIN)/pytest -q -ra -n 3 --dist loadgroup -m "not serial and not heavy" --durations=15 --cpu-durations=15
 	$(BIN)/pytest -q -ra -n 2 --dist loadgroup -m heavy --durations=5
 	$(BIN)/pytest -q -ra -m serial
 
@@ -66,7 +66,7 @@ test: setup test-deps
 test-fast: setup
 	$(BIN)/ruff check src tests bench
 	$(BIN)/lint-imports
-	$(BIN)/pytest -q -ra -n 3 --dist loadgroup -m "not slow"
+	$(BIN)/pytest -q -ra -n 3 --dist loadgroup -m "not slow" --cpu-durations=10
 
 schemas: $(BIN)/gymforge
 	$(BIN)/gymforge schemas

@@ -6,7 +6,7 @@ import pytest
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
 
-pytest_plugins = ["loopback", "workflow_runs", "stage_fixtures", "finished_run"]
+pytest_plugins = ["loopback", "workflow_runs", "stage_fixtures", "finished_run", "cpu_time"]
 
 
 # Under pytest-xdist (`make test`: --dist loadgroup) each worker builds its own session fixtures. The tests
