@@ -36,7 +36,7 @@ class SubmissionError(Exception):
 
 
 def _address(path):
-    """serve.py's `_short`, on this side (each file runs alone): a path past AF_UNIX's 108 bytes (the channel of a
+    """serve.py's `_address`, on this side (each file runs alone): a path past AF_UNIX's 108 bytes (the channel of a
     sandbox without bubblewrap) is reached through a descriptor of its directory."""
     if len(os.fsencode(path)) < 100:
         return path

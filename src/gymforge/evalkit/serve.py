@@ -85,7 +85,7 @@ def _recv_exact(conn, n):
     return b"".join(chunks)
 
 
-def _short(path):
+def _address(path):
     """An address for a socket at `path` that fits AF_UNIX's 108 bytes: without bubblewrap the channel lies deep
     in the host's results directory, so a long path is reached through a descriptor of its directory."""
     if len(os.fsencode(path)) < 100:
@@ -107,7 +107,7 @@ def main():
     server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     path = os.path.join(channel, "submission.sock")
     tmp = path + f".{os.getpid()}"
-    server.bind(_short(tmp))
+    server.bind(_address(tmp))
     os.chmod(tmp, 0o666)  # the scorer's sandbox may run as another user
     server.listen(1)
     os.rename(tmp, path)  # appears only once it accepts connections
