@@ -2,9 +2,13 @@
 
 `--durations` counts wall time, waiting included. On 2 cores the suite is CPU-bound (the machine is ~90% busy
 through `make test-fast`), so CPU is what a faster suite has to cut. Counted per phase (setup, call, teardown):
-the test process's own CPU plus that of the child processes it waited for (sandboxes, Snakemake runs and their
-jobs, training). Not counted: processes nobody waits for (a daemonized server) and docker containers (the
-daemon's). A session fixture's cost lands on the setup of the first test that asks for it.
+the test process's own CPU plus that of the child processes it waited for (Snakemake runs and their jobs, CLI runs,
+training). Not counted: processes nobody waits for, and among them everything inside a bubblewrap sandbox (bwrap's
+init of the new pid namespace outlives the bwrap it was started by and is reaped by the machine's init, so its CPU
+never reaches the test), docker containers and daemonized servers. A sandbox-heavy test (the evaluator probes, the
+attack matrix) therefore shows only a fraction of its CPU here: `python bench/suite_cpu.py -- <pytest command>`
+counts every process through process accounting. A session fixture's cost lands on the setup of the first test
+that asks for it.
 """
 
 from __future__ import annotations
@@ -19,7 +23,8 @@ _CPU = pytest.StashKey[dict[str, float]]()
 
 def pytest_addoption(parser: pytest.Parser) -> None:
     parser.addoption("--cpu-durations", type=int, default=None, metavar="N",
-                     help="show the N test phases that used the most CPU (children waited for included), "
+                     help="show the N test phases that used the most CPU (children waited for included, bubblewrap "
+                          "sandboxes not: bench/suite_cpu.py), "
                           "and CPU per xdist group")
 
 
@@ -71,7 +76,7 @@ def pytest_terminal_summary(terminalreporter, config: pytest.Config) -> None:
     for cpu, _, nodeid in rows:
         groups[nodeid.rpartition("@")[2] if "@" in nodeid else nodeid.split("::")[0]] += cpu
     terminalreporter.write_sep("=", f"most CPU: {sum(r[0] for r in rows):.0f} CPU-s in all (tests and the children "
-                                    "they waited for)")
+                                    "they waited for; not bubblewrap sandboxes: bench/suite_cpu.py)")
     for cpu, when, nodeid in sorted(rows, reverse=True)[:n]:
         terminalreporter.write_line(f"{cpu:8.1f}s {when:<8} {nodeid}")
     terminalreporter.write_sep("-", "CPU per group (xdist group, else module)")
