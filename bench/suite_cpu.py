@@ -9,7 +9,7 @@ by the machine's init, so its CPU never reaches the test (`/usr/bin/time bwrap -
 sklearn"` reports 0 s). It also misses docker containers and daemons. Process accounting (`accton`, Debian package
 `acct`, root only) records every process at exit, wherever it was reaped. Printed:
 - the wall time, and the machine's busy CPU-seconds over the run (/proc/stat);
-- CPU per kind of process: the command's own processes (pytest and its xdist workers), processes inside
+- CPU per kind of process: the command and its direct children (pytest and its xdist workers), processes inside
   bubblewrap, unshare and docker sandboxes, other processes the command started (Snakemake, CLI runs, training),
   and processes outside the command (other work on the machine: the run is honest only when this is ~0);
 - what the accounting cannot see: processes still running at the end (the docker daemon) and the kernel's own
@@ -76,10 +76,10 @@ def kind_of(processes: list[Process], root: int) -> dict[int, str]:
             if p.comm in SANDBOXES:
                 kinds[pid] = SANDBOXES[p.comm]
             elif pid == root or p.ppid == root:
-                kinds[pid] = "the command and its children"
+                kinds[pid] = "the command and its direct children"
             elif p.ppid in by_pid:
                 parent = classify(p.ppid)
-                kinds[pid] = "started by the command" if parent == "the command and its children" else parent
+                kinds[pid] = "started by the command" if parent == "the command and its direct children" else parent
             else:  # the parent was still running at the end
                 kinds[pid] = _living_parent(p.ppid, root)
         return kinds[pid]
@@ -147,8 +147,8 @@ def main() -> None:
           f"busy); {len(processes)} processes ended, {ended:.0f} CPU-s")
     for kind, seconds in sorted(cpu.items(), key=lambda kv: -kv[1]):
         top = ", ".join(f"{c} {s:.0f}" for c, s in commands[kind].most_common(args.top))
-        print(f"  {seconds:7.1f} CPU-s  {kind:<30} {count[kind]:6d} processes ({top})")
-    print(f"  {busy - ended:7.1f} CPU-s  {'not ended or the kernel':<30} {'':>16}(daemons still running, kernel "
+        print(f"  {seconds:7.1f} CPU-s  {kind:<36} {count[kind]:6d} processes ({top})")
+    print(f"  {busy - ended:7.1f} CPU-s  {'not ended or the kernel':<36} {'':>16}(daemons still running, kernel "
           "threads)")
     sys.exit(rc)
 
