@@ -15,6 +15,7 @@ sklearn"` reports 0 s). It also misses docker containers and daemons. Process ac
 - what the accounting cannot see: processes still running at the end (the docker daemon) and the kernel's own
   threads, as busy CPU minus the ended processes;
 - the commands that used the most CPU inside each kind.
+Accounting is machine-wide: run one measurement at a time (the second `accton` would redirect the first's records).
 """
 
 from __future__ import annotations
