@@ -31,7 +31,9 @@ from collections import Counter, defaultdict
 from dataclasses import dataclass
 from pathlib import Path
 
-TICKS = 100  # acct v3 stores times in AHZ ticks (100 per second on Linux)
+from quickstart import busy_jiffies  # bench/ is on the path of a script run from it
+
+TICKS = 100  # acct v3 times and /proc/stat's jiffies both count 100 per second on Linux
 SANDBOXES = {"bwrap": "bubblewrap sandboxes", "unshare": "unshare sandboxes", "containerd-shim": "docker containers",
              "runc": "docker containers"}
 DOCKER_DAEMONS = {"dockerd", "containerd"}
@@ -43,13 +45,6 @@ class Process:
     cpu_s: float
     pid: int
     ppid: int
-
-
-def busy_ticks() -> tuple[int, int]:
-    """(busy, total) CPU ticks of the machine since boot (/proc/stat's first line)."""
-    fields = [int(x) for x in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
-    idle = fields[3] + fields[4]  # idle + iowait
-    return sum(fields) - idle, sum(fields)
 
 
 def read_accounting(path: Path) -> list[Process]:
@@ -122,14 +117,14 @@ def main() -> None:
         log = Path(tmp) / "pacct"
         log.touch()
         subprocess.run(["accton", str(log)], check=True, capture_output=True)
-        busy0, total0 = busy_ticks()
+        busy0, total0 = busy_jiffies()
         started = time.monotonic()
         try:
             proc = subprocess.Popen(command)
             rc = proc.wait()
         finally:
             wall = time.monotonic() - started
-            busy1, total1 = busy_ticks()
+            busy1, total1 = busy_jiffies()
             subprocess.run(["accton", "off"], check=True, capture_output=True)
         processes = read_accounting(log)
     kinds = kind_of(processes, proc.pid)
@@ -140,12 +135,11 @@ def main() -> None:
         cpu[kinds[p.pid]] += p.cpu_s
         count[kinds[p.pid]] += 1
         commands[kinds[p.pid]][p.comm] += p.cpu_s
-    busy = (busy1 - busy0) / TICKS
-    cores = (total1 - total0) / TICKS / wall if wall else 0
+    busy, available = (busy1 - busy0) / TICKS, (total1 - total0) / TICKS
     ended = sum(cpu.values())
-    print(f"\n{' '.join(command)}: rc {rc}, {wall:.0f} s wall; the machine {busy:.0f} busy CPU-s of "
-          f"{(total1 - total0) / TICKS:.0f} ({cores:.1f} cores, {100 * busy / max(1e-9, (total1 - total0) / TICKS):.0f}% "
-          f"busy); {len(processes)} processes ended, {ended:.0f} CPU-s")
+    print(f"\n{' '.join(command)}: rc {rc}, {wall:.0f} s wall; the machine {busy:.0f} busy CPU-s of {available:.0f} "
+          f"({available / wall:.1f} cores, {100 * busy / max(available, 1e-9):.0f}% busy); {len(processes)} processes "
+          f"ended, {ended:.0f} CPU-s")
     for kind, seconds in sorted(cpu.items(), key=lambda kv: -kv[1]):
         top = ", ".join(f"{c} {s:.0f}" for c, s in commands[kind].most_common(args.top))
         print(f"  {seconds:7.1f} CPU-s  {kind:<36} {count[kind]:6d} processes ({top})")
