@@ -62,7 +62,7 @@ test: setup test-deps
 	$(BIN)/pytest -q -ra -m serial
 
 # The edit-test loop: everything not marked slow, on three pytest-xdist workers (tests/conftest.py groups tests that
-# share an expensive fixture on one worker).
+# share an expensive fixture on one worker, and marks the docker backend's tests slow).
 test-fast: setup
 	$(BIN)/ruff check src tests bench
 	$(BIN)/lint-imports

@@ -15,13 +15,17 @@ pytest_plugins = ["loopback", "workflow_runs", "stage_fixtures", "finished_run",
 SHARED_FIXTURES = ("finished_run", "clean_tasks", "docker_backend", "proposals", "smollm2_cache")
 
 
-@pytest.hookimpl(tryfirst=True)  # before xdist's own hook, which turns the marker into the scheduling group
-def pytest_collection_modifyitems(config, items):
+# Tests on the docker backend start a private daemon and a container per sandbox: they are `slow`, so `make test`
+# runs them and `make test-fast` (the edit-test loop) covers the sandbox contract on the local backend alone.
+@pytest.hookimpl(tryfirst=True)  # before xdist's own hook, which turns the marker into the scheduling group, and
+def pytest_collection_modifyitems(config, items):  # before `-m` deselects by marker
     for item in items:
         names = getattr(item, "fixturenames", ())
         shared = next((name for name in SHARED_FIXTURES if name in names), None)
         if shared is None and "docker" in item.nodeid:  # the attack matrix asks for the daemon by name
             shared = "docker_backend"
+        if shared == "docker_backend":
+            item.add_marker(pytest.mark.slow)
         item.add_marker(pytest.mark.xdist_group(shared or item.nodeid.split("::")[0]))
 
 

@@ -1,6 +1,7 @@
 """Runs an evaluation script as `__main__` and hands its stdout to the host (gymforge's scorer launcher).
 
-Usage: python -I score.py OUT_DIR [--answers DIR] [--channel DIR] [--mlgym] SCRIPT [ARGS...]
+Usage: python -I score.py OUT_DIR [--answers DIR] [--channel DIR] [--mlgym]
+                         [--each PROBES_DIR ARTEFACT SECONDS [--wipe DIR]...] SCRIPT [ARGS...]
 
 The script's stdout goes to OUT_DIR/stdout[.RANK] and a record of how it ended to OUT_DIR/status[.RANK].json
 (exit code, class of the uncaught exception), both written only when it is done. Its stderr is the sandbox's
@@ -8,21 +9,44 @@ output, which the host keeps for the task's author and never shows the agent. Wi
 as MLGym runs it (its directory first on sys.path); otherwise nothing of the workspace is importable.
 --answers names the held-out answers' directory (GYMFORGE_SECRETS for the script), --channel the one where
 the submission's sandbox listens (for gymforge_eval).
+
+--each scores several artefacts in this one sandbox (the evaluator probes of a CSV task): for each file N
+of PROBES_DIR in turn, its bytes are written to ARTEFACT (a writable file, made read-only before the script
+runs) and a forked child runs the script, with OUT_DIR/N/ as its OUT_DIR and its stdout and stderr in
+OUT_DIR/N/output. The children fork from this process after it has imported the script's scientific
+libraries (numpy, pandas, scipy, sklearn: the second or so a fresh interpreter spends on them), so a child
+costs what the script itself computes. After each child, everything it left running is killed (this
+process is their subreaper), the --wipe directories (the sandbox's private /tmp) are emptied, and
+OUT_DIR/N/ended.json records its exit status, whether it ran past SECONDS and how long it took. Only then is
+the next artefact written: the children never run side by side.
 """
 
+import ast
+import importlib
 import io
 import json
 import os
 import runpy
+import shutil
+import signal
 import sys
+import time
 import traceback
+
+PRELOAD = ("numpy", "pandas", "scipy", "sklearn")  # side-effect-free to import, and the bulk of a scorer's start
 
 
 def main() -> int:
     out_dir, args = sys.argv[1], sys.argv[2:]
-    options = {}
-    while args and args[0] in ("--answers", "--channel"):
-        options[args[0]], args = args[1], args[2:]
+    options, each, wipe = {}, None, []
+    while args and args[0] in ("--answers", "--channel", "--each", "--wipe"):
+        if args[0] == "--each":
+            each, args = args[1:4], args[4:]
+        elif args[0] == "--wipe":
+            wipe.append(args[1])
+            args = args[2:]
+        else:
+            options[args[0]], args = args[1], args[2:]
     mlgym = args[:1] == ["--mlgym"]
     if mlgym:
         args = args[1:]
@@ -37,15 +61,21 @@ def main() -> int:
     else:
         # Only the standard library, site-packages and gymforge_eval: no script directory, no cwd.
         sys.path[:] = [here] + [p for p in sys.path if p and not p.startswith(("/workspace", here))]
+    if each is not None:
+        return score_each(out_dir, args, *each, wipe=wipe)
     rank = os.environ.get("RANK", "")
-    suffix = f".{rank}" if rank else ""
+    return run_script(out_dir, args, suffix=f".{rank}" if rank else "")
+
+
+def run_script(out_dir: str, args: list[str], suffix: str = "") -> int:
+    """Run `args[0]` as __main__ with `args` as sys.argv; its stdout and how it ended go to `out_dir`."""
     captured = io.StringIO()
     real_stdout = sys.stdout
     sys.stdout = captured
     sys.argv = args
     code, error = 0, None
     try:
-        runpy.run_path(script, run_name="__main__")
+        runpy.run_path(args[0], run_name="__main__")
     except SystemExit as exit_:
         if exit_.code is None or exit_.code == 0:
             code = 0
@@ -66,6 +96,136 @@ def main() -> int:
     _write(os.path.join(out_dir, "stdout" + suffix), captured.getvalue())
     _write(os.path.join(out_dir, "status" + suffix + ".json"), json.dumps({"exit": code, "error": error}))
     return code
+
+
+def score_each(out_dir: str, args: list[str], probes: str, artefact: str, seconds: str, wipe: list[str]) -> int:
+    """--each: one forked child per file of `probes`, in order (see the module's docstring)."""
+    import ctypes
+
+    if ctypes.CDLL(None, use_errno=True).prctl(36, 1, 0, 0, 0) != 0:  # PR_SET_CHILD_SUBREAPER
+        return 3  # without it a child's daemons could outlive it: the host scores one artefact at a time instead
+    preload(args[0])
+    for name in sorted(os.listdir(probes), key=lambda n: (len(n), n)):
+        with open(os.path.join(probes, name), "rb") as f:
+            data = f.read()
+        os.chmod(artefact, 0o644)
+        with open(artefact, "wb") as f:
+            f.write(data)
+        os.chmod(artefact, 0o444)
+        mine = os.path.join(out_dir, name)
+        os.mkdir(mine)
+        started = time.monotonic()
+        pid = os.fork()
+        if pid == 0:
+            _child(mine, args)
+        status, timed_out = _wait(pid, started + float(seconds))
+        _end_descendants()
+        for d in wipe:
+            _empty(d)
+        code = os.waitstatus_to_exitcode(status)
+        _write(os.path.join(mine, "ended.json"), json.dumps(
+            {"exit": code if code >= 0 else 128 - code, "timed_out": timed_out,
+             "seconds": round(time.monotonic() - started, 3)}))
+    return 0
+
+
+def preload(script: str) -> None:
+    """Import the PRELOAD libraries' modules that `script` imports at its top level."""
+    try:
+        with open(script, "rb") as f:
+            tree = ast.parse(f.read())
+    except (OSError, SyntaxError, ValueError):
+        return
+    names = []
+    for node in tree.body:
+        if isinstance(node, ast.Import):
+            names += [a.name for a in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
+            names.append(node.module)
+    for name in names:
+        if name.split(".")[0] in PRELOAD:
+            try:
+                importlib.import_module(name)
+            except Exception:  # noqa: BLE001 - the script meets the same error itself
+                pass
+
+
+def _child(out_dir: str, args: list[str]) -> None:
+    fd = os.open(os.path.join(out_dir, "output"), os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    os.dup2(fd, 1)
+    os.dup2(fd, 2)
+    os.close(fd)
+    code = 1
+    try:
+        code = run_script(out_dir, args)
+    finally:
+        try:
+            sys.stderr.flush()
+        finally:
+            os._exit(code)
+
+
+def _wait(pid: int, deadline: float) -> tuple[int, bool]:
+    """The child's wait status, and whether it was killed for running past `deadline`."""
+    while True:
+        done, status = os.waitpid(pid, os.WNOHANG)
+        if done:
+            return status, False
+        if time.monotonic() > deadline:
+            os.kill(pid, signal.SIGKILL)
+            return os.waitpid(pid, 0)[1], True
+        time.sleep(0.01)
+
+
+def _descendants() -> list[int]:
+    me, parents = os.getpid(), {}
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/stat") as f:
+                    parents[int(entry)] = int(f.read().rsplit(")", 1)[1].split()[1])
+            except (OSError, IndexError, ValueError):
+                continue
+    found = []
+    for pid in parents:
+        p, hops = parents.get(pid), 0
+        while p is not None and p != me and hops < 4096:
+            p, hops = parents.get(p), hops + 1
+        if p == me:
+            found.append(pid)
+    return found
+
+
+def _end_descendants() -> None:
+    """Kill and reap whatever the last child left running (orphans are re-parented to this subreaper)."""
+    for _ in range(100):
+        left = _descendants()
+        for pid in left:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except OSError:
+                pass
+        while True:
+            try:
+                if os.waitpid(-1, os.WNOHANG)[0] == 0:
+                    break
+            except ChildProcessError:
+                break
+        if not left:
+            return
+        time.sleep(0.01)
+
+
+def _empty(folder: str) -> None:
+    for name in os.listdir(folder):
+        path = os.path.join(folder, name)
+        if os.path.isdir(path) and not os.path.islink(path):
+            shutil.rmtree(path, ignore_errors=True)
+        else:
+            try:
+                os.unlink(path)
+            except OSError:
+                pass
 
 
 def _write(path: str, text: str) -> None:

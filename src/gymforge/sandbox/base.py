@@ -121,6 +121,10 @@ HOSTNAME = "sandbox"
 
 class SandboxBackend(Protocol):
     name: str
+    single_file_binds: bool
+    """Whether a writable Mount of one file over a file of a read-only workspace is the only way sandboxed code
+    sees that path (the workspace shows at one place), in a view with its own pid namespace and /tmp: what
+    scoring several artefacts in one sandbox needs (`Scoring.evaluate_each`)."""
 
     def workdir(self, workspace: Path) -> str:
         """The path at which sandboxed code sees `workspace`."""

@@ -180,8 +180,12 @@ def read_at(dfd: int, name: str, limit: int) -> bytes | None:
 
 
 def chown_tree(root: Path, uid: int, gid: int | None = None) -> None:
-    """Give `uid` every entry beneath `root` that has an owner write bit, by fd, never following a link."""
+    """Give `uid` every entry beneath `root` that has an owner write bit, by fd, never following a link (`root`
+    itself, when it is a regular file)."""
     gid = uid if gid is None else gid
+    if stat.S_ISREG(os.lstat(root).st_mode):  # a single-file mount
+        os.chown(root, uid, gid, follow_symlinks=False)
+        return
     top = open_root(root)
     try:
         os.chown(top, uid, gid)

@@ -137,6 +137,7 @@ class _ExecChannel:
 
 class DockerBackend:
     name = "docker"
+    single_file_binds = False  # the workspace shows twice (WORKDIR and MLGym's path): a bind covers one of them
 
     def workdir(self, workspace: Path) -> str:
         return WORKDIR

@@ -429,6 +429,10 @@ class LocalBackend:
             if _is_root():
                 log.warning("max_processes is not enforced for root without bwrap")
 
+    @property
+    def single_file_binds(self) -> bool:
+        return self.confinement == "bwrap"  # MLGym's path of the workspace is a link to it
+
     def workdir(self, workspace: Path) -> str:
         # Only bwrap builds the file system view; the weaker confinements show the host's.
         return WORKDIR if self.confinement == "bwrap" else str(workspace.resolve())

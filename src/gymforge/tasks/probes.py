@@ -637,39 +637,63 @@ def build_probes(env: TaskEnvironment, *, seed: int, sample: bytes | None = None
 def run_probes(env: TaskEnvironment, probes: Iterable[Probe], *, baseline: float, metric: str,
                higher_is_better: bool, stop_at_first: bool = False) -> list[ProbeOutcome]:
     """Evaluate each probe in `env`'s workspace, as a submission; the workspace is put back after each.
-    `stop_at_first`: stop at the first gameable probe (one suffices to send a draft back for repair)."""
+    A CSV task's probes are scored in one sandbox where the backend allows (`Scoring.evaluate_each`: the same
+    outcomes, without a fresh interpreter per probe). `stop_at_first`: stop at the first gameable probe (one
+    suffices to send a draft back for repair)."""
+    probes = list(probes)
     ws = _Workspace(env.workspace)
-    outcomes = []
-    for probe in probes:
-        saved = ws.apply(probe.files)
+    batched: list = [None] * len(probes)
+    if probes and env.scoring.batches() and all(list(p.files) == [p.shown] for p in probes):
         started = time.monotonic()
+        batched = env.scoring.evaluate_each([p.files[p.shown] for p in probes])
+        each_s = (time.monotonic() - started) / len(probes)
+    outcomes = []
+    for probe, scored in zip(probes, batched, strict=True):
         outcome = ProbeOutcome(name=probe.name, kind=probe.kind, description=probe.description,
                                submission_file=probe.shown, submission=_excerpt(probe.files[probe.shown]))
-        try:
-            metrics, _ = env.evaluate()
-        except (EvaluationFormatError, SubmissionNotFound) as err:
-            runs = (env.last_evaluation, env.last_submission_run)
-            if any(r is not None and r.exit_code == NOT_APPLICABLE_EXIT for r in runs):
-                outcome.applicable = False
-                outcome.rejected = "not applicable: the baseline's answer has no such degenerate form"
-            else:
-                outcome.rejected = str(err).splitlines()[0][:300]
+        if scored is None:
+            started = time.monotonic()
+            saved = ws.apply(probe.files)
+            try:
+                scored = _evaluate(env)
+            finally:
+                ws.restore(saved)
+            outcome.seconds = round(time.monotonic() - started, 3)
         else:
-            outcome.metrics = metrics
-            outcome.score = _metric_value(metrics, metric)
+            outcome.seconds = round(each_s, 3)
+        if isinstance(scored, _NotApplicable):
+            outcome.applicable = False
+            outcome.rejected = "not applicable: the baseline's answer has no such degenerate form"
+        elif isinstance(scored, Exception):
+            outcome.rejected = str(scored).splitlines()[0][:300]
+        else:
+            outcome.metrics = scored
+            outcome.score = _metric_value(scored, metric)
             if outcome.score is None:
                 outcome.rejected = f"the evaluation printed no {metric!r}"
             elif not math.isfinite(outcome.score):
                 outcome.rejected = f"{metric} is not finite"
             else:
                 outcome.gameable = better(outcome.score, baseline, higher_is_better)
-        finally:
-            ws.restore(saved)
-        outcome.seconds = round(time.monotonic() - started, 3)
         outcomes.append(outcome)
         if stop_at_first and outcome.gameable:
             break
     return outcomes
+
+
+class _NotApplicable(Exception):
+    """A Python probe's wrapper found that its transform does not apply to the baseline's answer."""
+
+
+def _evaluate(env: TaskEnvironment) -> dict[str, float] | Exception:
+    """The metrics of the workspace's artefact, or why it was rejected."""
+    try:
+        return env.evaluate()[0]
+    except (EvaluationFormatError, SubmissionNotFound) as err:
+        runs = (env.last_evaluation, env.last_submission_run)
+        if any(r is not None and r.exit_code == NOT_APPLICABLE_EXIT for r in runs):
+            return _NotApplicable()
+        return err
 
 
 def check_report(task_id: str, entrypoint: str, metric: str, higher_is_better: bool, baseline: float,

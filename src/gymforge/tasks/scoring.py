@@ -17,6 +17,7 @@ import re
 import stat
 import threading
 from pathlib import Path
+from collections.abc import Sequence
 from typing import Any
 
 from gymforge.agent.errors import EvaluationFormatError, SubmissionNotFound
@@ -237,16 +238,86 @@ class Scoring:
             remove_path(ev)
         self.last_evaluation, self.last_submission_run = result, server
         shown = f"{it.workdir}/{artefact}" if artefact else it.workdir
-        if status is None or status.get("exit") != 0 or result.timed_out or result.limit:
-            raise self._failure(result, status, server, shown, isolated)
-        try:
-            metrics = parse_metrics(metrics_text)
-        except EvaluationFormatError as err:
-            raise EvaluationFailed(str(err) if not it.has_secrets else
-                                   "the evaluation printed no readable metrics", detail=result.output) from None
+        metrics = self._metrics(result, metrics_text, status, server, shown, isolated)
         if key is not None:
             self.scored[key] = (dict(metrics), result, server)
         return metrics, shown
+
+    def evaluate_each(self, artefacts: Sequence[bytes]) -> list[dict[str, float] | EvaluationFormatError | None]:
+        """Each of `artefacts` scored in turn as the workspace's artefact of a CSV task (the evaluator probes): its
+        metrics, or the error `evaluate` would raise for it, with everything of `evaluate`'s contract but that the
+        scorer's sandbox is one for them all. In it evalkit/score.py --each forks a child per artefact from a
+        process that has imported the evaluator's scientific libraries, after writing the artefact to its path
+        (a one-file bind, read-only to the child), and ends whatever the child left running before the next.
+
+        None for an artefact this did not score (the task or the sandbox backend cannot batch, a child was
+        ended by a signal, the sandbox stopped early): `evaluate` scores those one by one."""
+        it = self.installed
+        if not artefacts or not self.batches():
+            return [None] * len(artefacts)
+        it.require_gpus()
+        artefact = "submission.csv"
+        ev = it.run_dir / ".eval"
+        remove_path(ev)
+        ev.mkdir(mode=0o755)
+        try:
+            scorer_ws = ev / "scorer"
+            self._snapshot(scorer_ws, [], None)
+            self._place_pristine(scorer_ws, everything=True)
+            if not (scorer_ws / artefact).is_file():
+                (scorer_ws / artefact).write_bytes(b"")  # where the slot is bound
+            (ev / "each").mkdir()
+            for i, data in enumerate(artefacts):
+                (ev / "each" / str(i)).write_bytes(data)
+            (ev / "slot").write_bytes(b"")
+            make_readable(ev)
+            mounts, flags, hub_env, at = self._scorer_view(ev, scorer_ws)
+            mounts += [Mount(host=ev / "each", target=at["each"]), Mount(host=ev / "slot", target=artefact,
+                                                                        read_only=False)]
+            workdir = it.sandbox.workdir(scorer_ws)
+            argv = [*it.launcher(True), f"{at['kit']}/score.py", at["out"], *flags,
+                    "--each", at["each"], f"{workdir}/{artefact}", f"{it.timeout:g}", "--wipe", "/tmp", "--wipe",
+                    "/dev/shm", f"{workdir}/{it.task.evaluation_paths[0]}", *self._argv(workdir, artefact)]
+            it.sandbox.run_once(scorer_ws, argv, timeout=it.timeout * len(artefacts) + 60, limits=it.limits,
+                                mounts=mounts, env={**hub_env, "PYTHONSAFEPATH": "1"}, read_only=True)
+            shown = f"{it.workdir}/{artefact}"
+            return [self._each_outcome(ev / "out", str(i), shown) for i in range(len(artefacts))]
+        finally:
+            remove_path(ev)
+
+    def batches(self) -> bool:
+        """Whether `evaluate_each` can score several artefacts in one sandbox: a CSV task (its artefact is data,
+        so only the task's evaluator runs in the scorer) on a backend with one-file binds."""
+        it = self.installed
+        return (it.task.task_entrypoint == "CSVSubmissionTasks" and it.post_training is None
+                and getattr(it.sandbox, "single_file_binds", False) and it.sandbox.workdir(it.workspace) == WORKDIR)
+
+    def _each_outcome(self, out: Path, name: str, shown: str) -> dict[str, float] | EvaluationFormatError | None:
+        try:
+            ended = json.loads(beneath.read_bytes(out, f"{name}/ended.json", 1 << 16))
+            result = ExecResult(output=excerpt(beneath.read_bytes(out, f"{name}/output", 16 << 20).decode(
+                errors="replace")), exit_code=int(ended["exit"]), timed_out=bool(ended["timed_out"]),
+                duration_s=float(ended["seconds"]))
+        except (OSError, ValueError, KeyError, TypeError):
+            return None  # the sandbox stopped before this one ended
+        if result.exit_code >= 128 and not result.timed_out:
+            return None  # a limit's signal: `evaluate` names the limit
+        metrics_text, status = _read_out(out / name)
+        try:
+            return self._metrics(result, metrics_text, status, None, shown, True)
+        except EvaluationFormatError as err:
+            return err
+
+    def _metrics(self, result: ExecResult, metrics_text: str, status: dict[str, Any] | None,
+                 server: ExecResult | None, shown: str, isolated: bool) -> dict[str, float]:
+        """The metrics of a finished scorer, or the error the agent is shown."""
+        if status is None or status.get("exit") != 0 or result.timed_out or result.limit:
+            raise self._failure(result, status, server, shown, isolated)
+        try:
+            return parse_metrics(metrics_text)
+        except EvaluationFormatError as err:
+            raise EvaluationFailed(str(err) if not self.installed.has_secrets else
+                                   "the evaluation printed no readable metrics", detail=result.output) from None
 
     def _snapshot(self, dest: Path, only: list[str] | None, artefact: str | None) -> None:
         it = self.installed
@@ -281,7 +352,7 @@ class Scoring:
     def _places(self, ws: Path) -> dict[str, str]:
         """Where the scorer's fixed places show in a sandbox on `ws`: fixed paths where the backend builds the
         view (bwrap, docker), links inside the workspace under the weak local confinements."""
-        names = ("kit", "out", "channel", "answers")
+        names = ("kit", "out", "channel", "answers", "each")
         if self.installed.sandbox.workdir(ws) == WORKDIR:
             return {n: f"/gymforge-{n}" if n != "answers" else "/answers" for n in names}
         return {n: str(ws.resolve() / f".gymforge-{n}") for n in names}
@@ -291,16 +362,7 @@ class Scoring:
     ) -> tuple[ExecResult, str, dict[str, Any] | None, ExecResult | None]:
         it = self.installed
         out = ev / "out"
-        out.mkdir()
-        at = self._places(scorer_ws)
-        data = it.data_mounts()
-        hub, hub_env = it.hub_view(ev / "hf-scorer")
-        mounts = [*data, *hub, Mount(host=EVALKIT, target=at["kit"]),
-                  Mount(host=out, target=at["out"], read_only=False)]
-        flags = []
-        if it.has_secrets:
-            mounts.append(Mount(host=it.secrets_dir, target=at["answers"]))
-            flags += ["--answers", at["answers"]]
+        mounts, flags, hub_env, at = self._scorer_view(ev, scorer_ws)
         server: list[ExecResult] = []
         thread = None
         if serve:
@@ -309,7 +371,8 @@ class Scoring:
             channel.chmod(0o1777)  # the two sandboxes may run as different users
             mounts.append(Mount(host=channel, target=at["channel"], read_only=False))
             flags += ["--channel", at["channel"]]
-            thread = threading.Thread(target=self._serve, args=(ev, channel, data, server, within), daemon=True)
+            thread = threading.Thread(target=self._serve, args=(ev, channel, it.data_mounts(), server, within),
+                                      daemon=True)
             thread.start()
         workdir = it.sandbox.workdir(scorer_ws)
         script = f"{workdir}/{it.task.evaluation_paths[0]}"
@@ -328,6 +391,22 @@ class Scoring:
                 thread.join()
         metrics, status = _read_out(out)
         return result, metrics, status, (server[0] if server else None)
+
+    def _scorer_view(self, ev: Path, scorer_ws: Path) -> tuple[list[Mount], list[str], dict[str, str], dict[str, str]]:
+        """The scorer's mounts (data, hub, evalkit, its output directory `ev`/out, the answers), its launcher's
+        flags, its environment and where its fixed places show."""
+        it = self.installed
+        out = ev / "out"
+        out.mkdir()
+        at = self._places(scorer_ws)
+        hub, hub_env = it.hub_view(ev / "hf-scorer")
+        mounts = [*it.data_mounts(), *hub, Mount(host=EVALKIT, target=at["kit"]),
+                  Mount(host=out, target=at["out"], read_only=False)]
+        flags = []
+        if it.has_secrets:
+            mounts.append(Mount(host=it.secrets_dir, target=at["answers"]))
+            flags += ["--answers", at["answers"]]
+        return mounts, flags, hub_env, at
 
     def _serve(
         self, ev: Path, channel: Path, data: list[Mount], sink: list[ExecResult], within: Session | None
