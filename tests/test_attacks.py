@@ -68,6 +68,7 @@ def cases(test: str, entries: tuple[str, ...] = ALL, backends: tuple[str, ...] =
                 reason = OPEN.get((test, e, b)) or OPEN.get((test, e, b, *x)) if x else OPEN.get((test, e, b))
                 marks = [pytest.mark.xfail(strict=True, reason=f"open: {reason}")] if reason else []
                 marks += [pytest.mark.serial] if (test, b) in SERIAL else []
+                marks += [pytest.mark.slow] if e == "lm" else []  # torchrun in every sandbox; docker: conftest.py
                 out.append(pytest.param(e, b, *x, id="-".join([e, b, *map(str, x)]), marks=marks))
     return out
 

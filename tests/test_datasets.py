@@ -295,6 +295,7 @@ def _jobs(stdout: str) -> dict[str, int]:
     return {m[1]: int(m[2]) for m in re.finditer(r"^(\w+)\s+(\d+)$", table, re.M)}
 
 
+@pytest.mark.slow
 def test_fetch_rule_offline_through_snakemake(offline_hub: OfflineHub, tmp_path: Path) -> None:
     cache = tmp_path / "cache"
     cache.mkdir()

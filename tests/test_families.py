@@ -135,6 +135,7 @@ def test_target_follows_the_card_and_the_topic(topic: str, dataset_id: str, fami
     assert (spec.family, spec.target) == (family, target)
 
 
+@pytest.mark.slow  # each case installs its task and runs its baseline and evaluation in the sandbox
 @pytest.mark.parametrize("case", DATA_CASES, ids=[c[3] for c in DATA_CASES])
 def test_data_family_runs_like_mlgym(case: tuple[str, str, str, str, str], tmp_path: Path) -> None:
     topic, dataset_id, metric, family, entrypoint = case

@@ -241,6 +241,7 @@ def test_gymforge_shards_and_run_task_folders_import_as_the_sft_stage_reads_them
                                              stats_out=sft / "stats.json")["config_hash"]
 
 
+@pytest.mark.slow
 def test_cli_writes_a_loadable_dataset_and_names_bad_sources(tmp_path, tokenizer_dir):
     runs = tmp_path / "runs"
     write_run(runs, 0, mlgym_traj(["ls", "submit"]))

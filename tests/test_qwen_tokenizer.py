@@ -71,6 +71,7 @@ def test_same_ids_as_qwen3s_own_tokenizer_files(qwen3: Any) -> None:
         assert qwen3.encode(text, add_special_tokens=False) == hf.encode(text, add_special_tokens=False)
 
 
+@pytest.mark.slow  # builds and saves the 151k-token tokenizer, then loads it
 def test_build_tokenizer_falls_back_for_qwen3_without_a_hub(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     out = student_tokenizer.build_tokenizer("Qwen/Qwen3-4B", tmp_path / "tok", tmp_path, [])

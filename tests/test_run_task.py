@@ -74,6 +74,7 @@ def test_unknown_policy_is_refused(tmp_path: Path) -> None:
         run_task(GAME, None, "random", tmp_path)
 
 
+@pytest.mark.slow
 def test_submit_baseline_on_a_generated_task(tmp_path: Path) -> None:
     try:
         from gymforge.llm.codeblocks import parse_files

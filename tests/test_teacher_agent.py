@@ -170,7 +170,8 @@ def test_a_file_of_unknown_shape_is_rewritten_whole_with_the_same_contract() -> 
 
 
 # The costlier "select" is what the end-to-end episode below runs.
-@pytest.mark.parametrize("name,idea", [("tabular_regression", "forest"), ("knapsack", "dp"), ("stag_hunt", "predict")])
+@pytest.mark.parametrize("name,idea", [pytest.param("tabular_regression", "forest", marks=pytest.mark.slow),
+                                       ("knapsack", "dp"), ("stag_hunt", "predict")])
 def test_improvements_beat_the_baseline_when_run(name: str, idea: str, tmp_path: Path) -> None:
     task = task_of(name)
     ws = task.workspace(tmp_path)
@@ -352,7 +353,7 @@ def _healthy_seed(task: Task, skill: float) -> int:
     return next(s for s, plan in plans if plan.fate == "normal" and not plan.stall)
 
 
-@pytest.mark.parametrize("name", ["tabular_regression", "knapsack"])
+@pytest.mark.parametrize("name", [pytest.param("tabular_regression", marks=pytest.mark.slow), "knapsack"])
 def test_episode_end_to_end_improves_on_the_baseline(name: str, tmp_path: Path) -> None:
     task = task_of(name)
     ws = task.workspace(tmp_path / "tasks")
