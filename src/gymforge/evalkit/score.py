@@ -16,7 +16,7 @@ runs) and a forked child runs the script, with OUT_DIR/N/ as its OUT_DIR and its
 OUT_DIR/N/output. The children fork from this process after it has imported the script's scientific
 libraries (numpy, pandas, scipy, sklearn: the second or so a fresh interpreter spends on them), so a child
 costs what the script itself computes. After each child, everything it left running is killed (this
-process is their subreaper), the --wipe directories (the sandbox's private /tmp) are emptied, and
+process is their subreaper), what it added to the --wipe directories (the sandbox's private /tmp) is removed, and
 OUT_DIR/N/ended.json records its exit status, whether it ran past SECONDS and how long it took. Only then is
 the next artefact written: the children never run side by side.
 """
@@ -27,7 +27,6 @@ import io
 import json
 import os
 import runpy
-import shutil
 import signal
 import sys
 import time
@@ -105,6 +104,7 @@ def score_each(out_dir: str, args: list[str], probes: str, artefact: str, second
     if ctypes.CDLL(None, use_errno=True).prctl(36, 1, 0, 0, 0) != 0:  # PR_SET_CHILD_SUBREAPER
         return 3  # without it a child's daemons could outlive it: the host scores one artefact at a time instead
     preload(args[0])
+    before = {d: _tree(d) for d in wipe}
     for name in sorted(os.listdir(probes), key=lambda n: (len(n), n)):
         with open(os.path.join(probes, name), "rb") as f:
             data = f.read()
@@ -121,7 +121,7 @@ def score_each(out_dir: str, args: list[str], probes: str, artefact: str, second
         status, timed_out = _wait(pid, started + float(seconds))
         _end_descendants()
         for d in wipe:
-            _empty(d)
+            _empty(d, before[d])
         code = os.waitstatus_to_exitcode(status)
         _write(os.path.join(mine, "ended.json"), json.dumps(
             {"exit": code if code >= 0 else 128 - code, "timed_out": timed_out,
@@ -216,16 +216,35 @@ def _end_descendants() -> None:
         time.sleep(0.01)
 
 
-def _empty(folder: str) -> None:
-    for name in os.listdir(folder):
-        path = os.path.join(folder, name)
-        if os.path.isdir(path) and not os.path.islink(path):
-            shutil.rmtree(path, ignore_errors=True)
-        else:
+def _tree(folder: str) -> set[str]:
+    """Every path beneath `folder` on its own file system: mounts inside it (a read-only venv under /tmp) are
+    neither listed nor entered."""
+    dev, found = os.lstat(folder).st_dev, set()
+    for top, dirs, files in os.walk(folder):
+        kept = []
+        for name in dirs:
+            path = os.path.join(top, name)
             try:
-                os.unlink(path)
+                if os.lstat(path).st_dev == dev:
+                    kept.append(name)
+                    found.add(path)
             except OSError:
-                pass
+                continue
+        dirs[:] = kept
+        found.update(os.path.join(top, name) for name in files)
+    return found
+
+
+def _empty(folder: str, keep: set[str]) -> None:
+    """Remove what is beneath `folder` (on its own file system) and not in `keep`, deepest first."""
+    for path in sorted(_tree(folder) - keep, key=len, reverse=True):
+        try:
+            if os.path.isdir(path) and not os.path.islink(path):
+                os.rmdir(path)
+            else:
+                os.unlink(path)
+        except OSError:
+            pass
 
 
 def _write(path: str, text: str) -> None:
