@@ -289,8 +289,9 @@ class Scoring:
         """Whether `evaluate_each` can score several artefacts in one sandbox: a CSV task (its artefact is data,
         so only the task's evaluator runs in the scorer) on a backend with one-file binds."""
         it = self.installed
-        return (it.task.task_entrypoint == "CSVSubmissionTasks" and it.post_training is None
-                and getattr(it.sandbox, "single_file_binds", False) and it.sandbox.workdir(it.workspace) == WORKDIR)
+        binds = getattr(it.sandbox, "single_file_binds", False)  # a backend written before the flag: one by one
+        return (it.task.task_entrypoint == "CSVSubmissionTasks" and it.post_training is None and binds
+                and it.sandbox.workdir(it.workspace) == WORKDIR)
 
     def _each_outcome(self, out: Path, name: str, shown: str) -> dict[str, float] | EvaluationFormatError | None:
         try:
