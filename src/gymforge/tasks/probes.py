@@ -642,7 +642,7 @@ def run_probes(env: TaskEnvironment, probes: Iterable[Probe], *, baseline: float
     suffices to send a draft back for repair)."""
     probes = list(probes)
     ws = _Workspace(env.workspace)
-    batched: list = [None] * len(probes)
+    batched: list[dict[str, float] | Exception | None] = [None] * len(probes)
     if probes and env.scoring.batches() and all(list(p.files) == [p.shown] for p in probes):
         started = time.monotonic()
         batched = env.scoring.evaluate_each([p.files[p.shown] for p in probes])
