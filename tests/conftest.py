@@ -32,7 +32,7 @@ def pytest_collection_modifyitems(config, items):  # before `-m` deselects by ma
 @pytest.fixture(scope="session")
 def bwrap_backend():
     """The local sandbox under bubblewrap (skips where bubblewrap cannot run), for tests whose checks need real
-    confinement (read-only mounts, no network): the post-training tasks' tests."""
+    confinement (read-only mounts, no network, one-file binds): the post-training tasks' and the probe batch's tests."""
     from gymforge.sandbox import SandboxError, get_sandbox
 
     try:

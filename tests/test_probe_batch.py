@@ -15,7 +15,7 @@ from gymforge.tools.check_task import check_task
 
 MLGYM = Path(__file__).parent / "fixtures" / "mlgym"
 
-pytestmark = pytest.mark.skipif(not local._bwrap_works(), reason="one-file binds need bubblewrap")
+pytestmark = pytest.mark.usefixtures("bwrap_backend")  # one-file binds need bubblewrap: skips without it
 
 # csvTiny's evaluator (RMSE, lower is better), made to misbehave. Run alone, each run sees a fresh sandbox and scores
 # honestly; a run that sees what an earlier one left (a file, a live daemon) or that could rewrite its submission

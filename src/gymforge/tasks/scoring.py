@@ -16,8 +16,8 @@ import os
 import re
 import stat
 import threading
-from pathlib import Path
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 from gymforge.agent.errors import EvaluationFormatError, SubmissionNotFound
@@ -300,7 +300,7 @@ class Scoring:
                 errors="replace")), exit_code=int(ended["exit"]), timed_out=bool(ended["timed_out"]),
                 duration_s=float(ended["seconds"]))
         except (OSError, ValueError, KeyError, TypeError):
-            return None  # the sandbox stopped before this one ended
+            return None  # not ended (the sandbox stopped first) or its output past 16 MiB: scored alone
         if result.exit_code >= 128 and not result.timed_out:
             return None  # a limit's signal: `evaluate` names the limit
         metrics_text, status = _read_out(out / name)
