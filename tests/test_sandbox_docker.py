@@ -125,3 +125,19 @@ def test_a_run_within_a_session_shares_its_memory_limit(docker_backend: DockerBa
         alive = "HOLDER" in s.run("pgrep -f 'time.sleep.60' > /dev/null && echo HOLDER", timeout=30).output
         assert not ("got it" in r.output and alive), "the session and the run held 1400 MiB under a 1024 MiB limit"
     assert not (parent.group.memory.exists() or parent.group.pids.exists())
+
+
+def test_a_keeper_forked_late_is_waited_for(docker_backend: DockerBackend) -> None:
+    # Docker reports a container running before its init has forked the keeper; on a loaded host the first look
+    # at PID 1's children found none and opening the session failed. Here PID 1 forks only after a second.
+    from gymforge.sandbox.docker import _keeper
+
+    late = "import os, time; time.sleep(1); os.fork() or time.sleep(600); time.sleep(600)"
+    container = docker_backend.client.containers.run(
+        docker_backend.image, ["python", "-c", late], detach=True, network_mode="none", user=docker_backend.user)
+    try:
+        pid = _keeper(container, docker_backend.user)
+        r = container.exec_run(["cat", f"/proc/{pid}/stat"], user=docker_backend.user)
+        assert r.exit_code == 0 and r.output.split()[3] == b"1"  # a child of PID 1
+    finally:
+        container.remove(force=True)

@@ -135,6 +135,22 @@ class _ExecChannel:
         return -1
 
 
+def _keeper(container: Any, user: str, wait: float = 30.0) -> int:
+    """The pid of docker-init's only child so far, the session's keeper, which must survive every kill.
+
+    Docker reports the container running once docker-init is up, which forks the keeper a moment later: on a
+    loaded host an exec can get there first and find no child yet."""
+    deadline = time.monotonic() + wait
+    while True:
+        r = container.exec_run(["cat", "/proc/1/task/1/children"], user=user)
+        pids = r.output.split()
+        if pids:
+            return int(pids[0])
+        if time.monotonic() > deadline:
+            raise SandboxError(f"docker-init started no keeper within {wait:.0f} s")
+        time.sleep(0.05)
+
+
 class DockerBackend:
     name = "docker"
     single_file_binds = False  # the workspace shows twice (WORKDIR and MLGym's path): a bind covers one of them
@@ -267,9 +283,7 @@ class DockerBackend:
                 parent.remove()
                 parent = None
                 container = self._run(ws, ["sleep", "infinity"], limits, mounts, env)
-            # The keeper is the only child of docker-init so far; it must survive every kill.
-            r = container.exec_run(["cat", "/proc/1/task/1/children"], user=self.user)
-            keeper = int(r.output.split()[0])
+            keeper = _keeper(container, self.user)
             session = ShellSession(
                 ws, WORKDIR, lambda: _ExecChannel(container, self.user, keeper), self.max_output, close,
                 watch=LimitWatch(ws, limits, parent.group if parent else None, strip_setid=True, hard=hard),
