@@ -325,7 +325,7 @@ def test_training_process_sets_passive_openmp_before_torch_loads() -> None:
     from the CLI to `train_student` may import torch, and an explicit policy is kept."""
     import subprocess
 
-    from gymforge.student.cpu_training import prepare_cpu_process
+    from gymforge.core.cpus import prepare_cpu_process
 
     code = ("import os, sys; import gymforge.cli; from gymforge.stages import training; "
             "assert 'torch' not in sys.modules, 'torch imported before train_student starts'; "
@@ -336,7 +336,25 @@ def test_training_process_sets_passive_openmp_before_torch_loads() -> None:
         proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=run_env, timeout=120)
         assert proc.returncode == 0, proc.stderr[-2000:]
         assert proc.stdout.split() == expected.split()
-    assert prepare_cpu_process() is False  # here torch is loaded: too late, nothing changes
+    import torch  # noqa: F401  (loaded: from now on the policy is fixed, so nothing changes)
+
+    assert prepare_cpu_process() is False
+
+
+@pytest.mark.parametrize("entry", ["gymforge.cli", "gymforge.llm.serving"])
+def test_every_command_and_the_model_server_ask_for_passive_openmp(entry: str) -> None:
+    """Stage jobs, RL updates and a served model on CPU all share the cores with other jobs: each entry point sets
+    the policy before anything can load torch (here its `--help`), and keeps one the environment sets."""
+    import subprocess
+
+    code = (f"import os, sys; from {entry} import main\ntry: main(['--help'])\nexcept SystemExit: pass\n"
+            "assert 'torch' not in sys.modules; print(os.environ.get('OMP_WAIT_POLICY'))")
+    env = {k: v for k, v in os.environ.items() if k != "OMP_WAIT_POLICY"}
+    for preset, expected in ((None, "PASSIVE"), ("ACTIVE", "ACTIVE")):
+        run_env = env if preset is None else {**env, "OMP_WAIT_POLICY": preset}
+        proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=run_env, timeout=120)
+        assert proc.returncode == 0, proc.stderr[-2000:]
+        assert proc.stdout.split()[-1] == expected
 
 
 # ---- training -----------------------------------------------------------------------------------------
