@@ -319,41 +319,26 @@ def test_cpu_threads_are_the_jobs_cores(monkeypatch: pytest.MonkeyPatch, tmp_pat
         torch.set_num_threads(before)
 
 
-def _fresh_process(code: str, policy: str | None) -> list[str]:
-    """The words `code` prints in a fresh interpreter whose environment sets OMP_WAIT_POLICY to `policy` (or not)."""
-    import subprocess
-
-    env = {k: v for k, v in os.environ.items() if k != "OMP_WAIT_POLICY"}
-    env.update({"OMP_WAIT_POLICY": policy} if policy else {})
-    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=120)
-    assert proc.returncode == 0, proc.stderr[-2000:]
-    return proc.stdout.split()
-
-
 def test_training_process_sets_passive_openmp_before_torch_loads() -> None:
     """`train_student` asks for OpenMP threads that sleep at barriers (on a shared 2-core machine spinning ones made
     training 2-4x slower than 1 thread); GNU OpenMP reads the policy once, when torch loads it, so nothing on the way
     from the CLI to `train_student` may import torch, and an explicit policy is kept."""
-    from gymforge.core.cpus import prepare_cpu_process
+    import subprocess
+
+    from gymforge.student.cpu_training import prepare_cpu_process
 
     code = ("import os, sys; import gymforge.cli; from gymforge.stages import training; "
             "assert 'torch' not in sys.modules, 'torch imported before train_student starts'; "
             "applied = training.prepare_cpu_process(); import torch; print(applied, os.environ['OMP_WAIT_POLICY'])")
-    assert _fresh_process(code, None) == ["True", "PASSIVE"]
-    assert _fresh_process(code, "ACTIVE") == ["True", "ACTIVE"]
+    env = {k: v for k, v in os.environ.items() if k != "OMP_WAIT_POLICY"}
+    for preset, expected in ((None, "True PASSIVE"), ("ACTIVE", "True ACTIVE")):
+        run_env = env if preset is None else {**env, "OMP_WAIT_POLICY": preset}
+        proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=run_env, timeout=120)
+        assert proc.returncode == 0, proc.stderr[-2000:]
+        assert proc.stdout.split() == expected.split()
     import torch  # noqa: F401  (loaded: from now on the policy is fixed, so nothing changes)
 
     assert prepare_cpu_process() is False
-
-
-@pytest.mark.parametrize("entry", ["gymforge.cli", "gymforge.llm.serving"])
-def test_every_command_and_the_model_server_ask_for_passive_openmp(entry: str) -> None:
-    """Stage jobs, RL updates and a served model on CPU all share the cores with other jobs: each entry point sets
-    the policy before anything can load torch (here its `--help`), and keeps one the environment sets."""
-    code = (f"import os, sys; from {entry} import main\ntry: main(['--help'])\nexcept SystemExit: pass\n"
-            "assert 'torch' not in sys.modules; print(os.environ.get('OMP_WAIT_POLICY'))")
-    assert _fresh_process(code, None)[-1] == "PASSIVE"
-    assert _fresh_process(code, "ACTIVE")[-1] == "ACTIVE"
 
 
 # ---- training -----------------------------------------------------------------------------------------

@@ -15,7 +15,7 @@ import sys
 from pathlib import Path
 from typing import Any, Callable
 
-from gymforge.core import configview, cpus, gpus, job, plugins
+from gymforge.core import configview, gpus, job, plugins
 from gymforge.core.config import ConfigError, GymforgeConfig, config_or_defaults
 from gymforge.hub import get_hub
 
@@ -284,7 +284,6 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> None:
-    cpus.prepare_cpu_process()  # every command shares its cores with other jobs: OpenMP threads that do not spin
     # `gymforge --log <file> <command> ...`: a Snakemake job (log attempts, scratch dir, failure record).
     argv, log = job.split_log_option(sys.argv[1:] if argv is None else argv)
     with job.running(log):

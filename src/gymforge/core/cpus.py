@@ -3,19 +3,12 @@
 Snakemake sets `OMP_NUM_THREADS` to a job's `threads:`; SLURM, taskset and containers restrict the affinity mask
 or set a CPU quota. A pool larger than the cores it gets waits at every barrier (two cores oversubscribed ran
 training ~20x slower here), so every place that sizes a pool asks `cpu_threads`.
-
-Those cores are shared with other jobs, so every gymforge process asks GNU OpenMP (torch's on Linux) for threads
-that sleep at a barrier instead of spinning there (`prepare_cpu_process`): a spinning thread holds a core while the
-thread it waits for is descheduled. Measured on the 2-core machine: training beside a test run 1.4-2.7x the tokens/s
-of spinning threads, on the idle machine 1% fewer (gymforge/student/cpu_training.py); the suite's torch tests on three
-workers 18% less wall time and 21% less CPU (docs/training.md).
 """
 
 from __future__ import annotations
 
 import math
 import os
-import sys
 from pathlib import Path
 
 CPU_MAX = Path("/sys/fs/cgroup/cpu.max")  # cgroup v2: "<quota> <period>" or "max <period>"
@@ -44,13 +37,3 @@ def cpu_threads(processes: int = 1) -> int:
         cpus = os.cpu_count() or 1
     cpus = min(cpus, cpu_quota() or cpus)
     return max(1, cpus // max(1, processes))
-
-
-def prepare_cpu_process() -> bool:
-    """Before torch is imported: OpenMP threads that sleep at a barrier instead of spinning (`OMP_WAIT_POLICY=PASSIVE`,
-    unless the environment sets a policy). GNU OpenMP reads it once, when torch loads it, and passes it on to the
-    processes this one starts. Returns whether it applies (not when torch was imported already)."""
-    if "torch" in sys.modules:
-        return False
-    os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
-    return True

@@ -64,7 +64,6 @@ from typing import Any, Iterator, Sequence
 from gymforge.core import atomic, plugins
 from gymforge.core.plan import SERVED_SOURCES
 from gymforge.core.config import EndpointConfig, GymforgeConfig, ModelSpec, ServingConfig
-from gymforge.core.cpus import prepare_cpu_process
 from gymforge.llm.http import BadRequest, ChatCompletionsHandler, LoopbackHTTPServer
 
 log = logging.getLogger("gymforge.llm.serving")
@@ -476,7 +475,6 @@ def main(argv: Sequence[str] | None = None) -> None:
     """`python -m gymforge.llm.serving --checkpoint C --served-name N [--port 0] [--port-file F] ...`
 
     (`python -m gymforge.llm.serving --supervise --parent-pid P -- CMD...` runs CMD as `supervise` does.)"""
-    prepare_cpu_process()  # generation on CPU shares the cores with the episode's commands and other jobs
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv[:1] == ["--supervise"]:
         sep = argv.index("--")

@@ -70,8 +70,8 @@ from gymforge.core.config import GymforgeConfig
 from gymforge.core.launch import accelerate_config, venv_script
 from gymforge.hub.data import quiet_datasets
 from gymforge.student.base import build_base, train_seed
-from gymforge.core.cpus import cpu_threads, prepare_cpu_process
-from gymforge.student.cpu_training import compact_lm_head, set_cpu_threads
+from gymforge.core.cpus import cpu_threads
+from gymforge.student.cpu_training import compact_lm_head, prepare_cpu_process, set_cpu_threads
 from gymforge.student.masks import TrainingError, check_chat_template, tokenize_turns
 from gymforge.student.tokenizer import load_tokenizer
 

@@ -11,11 +11,11 @@ from pathlib import Path
 
 from gymforge.core import atomic
 from gymforge.core.config import GymforgeConfig
-from gymforge.core.cpus import prepare_cpu_process
 from gymforge.core.records import (GenerationRecord, ProposalRecord, VerificationIteration, VerificationReport,
                             derive_seed)
 from gymforge.rl.rewards import metric_direction
 from gymforge.stages.generation import draft_code, draft_configs, materialize_task
+from gymforge.student.cpu_training import prepare_cpu_process
 from gymforge.tasks.files import answer_columns
 from gymforge.tasks.posttraining import PostTrainingError, check_headroom
 from gymforge.tasks.probes import CheckError, evidence, probe_environment

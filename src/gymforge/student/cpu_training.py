@@ -19,8 +19,8 @@ that (the rest: RMSNorm, RoPE, SiLU, residual adds, the optimizer, the trainer's
 - **Spinning OpenMP threads.** GNU OpenMP (torch's on Linux) lets a thread that reaches a barrier spin for a while.
   On a machine whose cores other processes also want, a spinning thread holds a core while the thread it waits for
   is descheduled: with a test run beside it, training on 2 threads went 2-4x slower than on 1 thread.
-  `gymforge.core.cpus.prepare_cpu_process` (first thing in every gymforge command and in `train_student`, before
-  torch loads) sets `OMP_WAIT_POLICY=PASSIVE` unless the environment sets a policy: measured in the same run on the loaded machine 1.4-2.7x the tokens/s of spinning
+  `prepare_cpu_process` (first thing in `train_student`, before torch loads) sets `OMP_WAIT_POLICY=PASSIVE` unless
+  the environment sets a policy: measured in the same run on the loaded machine 1.4-2.7x the tokens/s of spinning
   threads, on the idle machine 1% fewer.
 - **Threads.** torch takes `OMP_NUM_THREADS` (Snakemake sets it to the job's threads) or else OpenMP's default,
   which follows the CPU affinity but not a CPU quota (a container's `--cpus`, cgroup `cpu.max`): threads beyond
@@ -38,6 +38,8 @@ then slower steps with dynamic shapes), eager attention (materialises the score 
 from __future__ import annotations
 
 import functools
+import os
+import sys
 import types
 from typing import Any
 
@@ -48,6 +50,14 @@ from gymforge.core.cpus import cpu_threads
 # 49,152) is cut into token chunks whose logits are recomputed in the backward.
 LOGITS_ELEMENTS = 1 << 25
 
+def prepare_cpu_process() -> bool:
+    """In a training process, before torch is imported: OpenMP threads that sleep at a barrier instead of spinning
+    (`OMP_WAIT_POLICY=PASSIVE`, unless the environment sets a policy). GNU OpenMP (torch's on Linux) reads it once,
+    when torch loads it. Returns whether it applies (not when torch was imported already)."""
+    if "torch" in sys.modules:
+        return False
+    os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+    return True
 
 
 def set_cpu_threads(threads: int | None = None) -> int:
