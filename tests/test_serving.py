@@ -277,9 +277,11 @@ def test_the_supervisor_ends_its_server_when_the_caller_dies(tmp_path: Path) -> 
 
     pid_file = tmp_path / "server.pid"
     server = f"import os, time; open({str(pid_file)!r}, 'w').write(str(os.getpid())); time.sleep(300)"
+    scratch = tmp_path / "scratch"
+    scratch.mkdir()
     caller = (f"import os, subprocess, sys, time; p = subprocess.Popen([sys.executable, '-m', 'gymforge.llm.serving', "
-              f"'--supervise', '--parent-pid', str(os.getpid()), '--', sys.executable, '-c', {server!r}]); "
-              "print(p.pid, flush=True); time.sleep(300)")
+              f"'--supervise', '--parent-pid', str(os.getpid()), '--scratch', {str(scratch)!r}, '--', sys.executable, "
+              f"'-c', {server!r}]); print(p.pid, flush=True); time.sleep(300)")
     parent = subprocess.Popen([sys.executable, "-c", caller], stdout=subprocess.PIPE, text=True)
     supervisor = int(parent.stdout.readline())
     deadline = time.monotonic() + 60
@@ -294,10 +296,11 @@ def test_the_supervisor_ends_its_server_when_the_caller_dies(tmp_path: Path) -> 
     while _alive(server_pid) or _alive(supervisor):
         assert time.monotonic() < deadline, "the server outlived its caller"
         time.sleep(0.2)
+    assert not scratch.exists(), "the supervisor left the caller's temporary folder behind"
 
 
 @pytest.mark.slow
-def test_the_transformers_server_exits_when_its_caller_is_killed(checkpoint: Path) -> None:
+def test_the_transformers_server_exits_when_its_caller_is_killed(checkpoint: Path, tmp_path: Path) -> None:
     import subprocess
     import time
 
@@ -309,7 +312,10 @@ def test_the_transformers_server_exits_when_its_caller_is_killed(checkpoint: Pat
               "checkpoint=None, served_name='s') as ep:\n"
               "    print(ep.pid, flush=True)\n"
               "    time.sleep(300)\n")
-    parent = subprocess.Popen([sys.executable, "-c", caller], stdout=subprocess.PIPE, text=True)
+    tmp = tmp_path / "tmp"  # the caller's temporary directory
+    tmp.mkdir()
+    parent = subprocess.Popen([sys.executable, "-c", caller], stdout=subprocess.PIPE, text=True,
+                              env={**os.environ, "TMPDIR": str(tmp)})
     try:
         server = int(parent.stdout.readline())
     finally:
@@ -319,3 +325,4 @@ def test_the_transformers_server_exits_when_its_caller_is_killed(checkpoint: Pat
     while _alive(server):
         assert time.monotonic() < deadline, "the server outlived its caller"
         time.sleep(0.2)
+    assert list(tmp.iterdir()) == [], "the server left its port file or log in the temporary directory"

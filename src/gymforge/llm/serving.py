@@ -18,7 +18,8 @@
   that its parent is gone and exits: the transformers server watches it itself, vLLM runs under a small
   supervisor (`python -m gymforge.llm.serving --supervise`) that does. Its output goes to
   `<caller log>.server.log` when a log path is given, else to a temporary file whose tail is shown when it
-  fails to start.
+  fails to start. That file and the port file share one temporary folder, removed by the caller, or by the
+  server (or its supervisor) when it outlived its caller.
 
 The transformers server (`GET /v1/models`, `POST /v1/chat/completions`; `stream: true` answers one SSE chunk):
 
@@ -155,24 +156,24 @@ def vllm_command(serving: ServingConfig, checkpoint: str, served_name: str, port
             "--port", str(port), "--tensor-parallel-size", str(max(1, serving.gpus)), *serving.vllm_args]
 
 
-def transformers_command(serving: ServingConfig, checkpoint: str, served_name: str, port_file: Path,
+def transformers_command(serving: ServingConfig, checkpoint: str, served_name: str, scratch: Path,
                          host: str = "127.0.0.1") -> list[str]:
+    """The loopback server's command; it writes its port to `scratch`/port and removes `scratch` should this process
+    die without doing so."""
     return [sys.executable, "-m", "gymforge.llm.serving", "--checkpoint", str(checkpoint), "--served-name", served_name,
-            "--host", host, "--port", "0", "--port-file", str(port_file),
+            "--host", host, "--port", "0", "--port-file", str(scratch / "port"),
             "--max-new-tokens", str(serving.max_new_tokens), "--temperature", str(serving.temperature),
-            "--parent-pid", str(os.getpid())]
+            "--parent-pid", str(os.getpid()), "--scratch", str(scratch)]
 
 
-def _server_log(log_path: str | Path | None) -> tuple[Path, bool]:
-    """The file the server writes to, and whether it is a temporary one (removed afterwards)."""
-    if log_path is not None:
-        path = Path(log_path)
-        path = path.with_name(path.stem + ".server.log")
-        path.parent.mkdir(parents=True, exist_ok=True)
-        return path, False
-    fd, name = tempfile.mkstemp(prefix="gymforge-server-", suffix=".log")
-    os.close(fd)
-    return Path(name), True
+def _server_log(log_path: str | Path | None, scratch: Path) -> Path:
+    """The file the server writes to: beside `log_path`, else in the server's temporary folder `scratch`."""
+    if log_path is None:
+        return scratch / "server.log"
+    path = Path(log_path)
+    path = path.with_name(path.stem + ".server.log")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    return path
 
 
 def _tail(path: Path, n: int = 40) -> str:
@@ -216,16 +217,18 @@ def serve_checkpoint(serving: ServingConfig, checkpoint: str, served_name: str, 
                      log_path: str | Path | None = None) -> Iterator[Endpoint]:
     """Serve `checkpoint` in a subprocess for the duration of the block."""
     backend = choose_backend(serving)
-    out_path, temporary = _server_log(log_path)
-    port_file = Path(tempfile.mkdtemp(prefix="gymforge-port-")) / "port"
+    # The port file and a temporary log live in one folder, which the server removes itself should this process
+    # die without cleaning up (SIGKILL): a killed caller leaves nothing in the temporary directory.
+    scratch = Path(tempfile.mkdtemp(prefix="gymforge-serve-"))
+    out_path, port_file = _server_log(log_path, scratch), scratch / "port"
     port = None
     if backend == "vllm":
         port = free_port()
         # Under a supervisor that ends vLLM (and its engine processes) if this process dies without cleaning up.
-        cmd = [sys.executable, "-m", "gymforge.llm.serving", "--supervise", "--parent-pid", str(os.getpid()), "--",
-               *vllm_command(serving, checkpoint, served_name, port)]
+        cmd = [sys.executable, "-m", "gymforge.llm.serving", "--supervise", "--parent-pid", str(os.getpid()),
+               "--scratch", str(scratch), "--", *vllm_command(serving, checkpoint, served_name, port)]
     else:
-        cmd = transformers_command(serving, checkpoint, served_name, port_file)
+        cmd = transformers_command(serving, checkpoint, served_name, scratch)
     log.info("serving %s as %r with %s (log: %s)", checkpoint, served_name, backend, out_path)
     with out_path.open("ab") as out:
         proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
@@ -237,9 +240,7 @@ def serve_checkpoint(serving: ServingConfig, checkpoint: str, served_name: str, 
                        api_key_literal=LOCAL_KEY, pid=proc.pid, backend=backend)
     finally:
         stop_process(proc)
-        shutil.rmtree(port_file.parent, ignore_errors=True)
-        if temporary:
-            out_path.unlink(missing_ok=True)
+        shutil.rmtree(scratch, ignore_errors=True)
 
 
 def _wait_ready(proc: subprocess.Popen, backend: str, port: int | None, port_file: Path, served_name: str,
@@ -454,8 +455,9 @@ def _watch_parent(parent_pid: int, server: LoopbackHTTPServer) -> None:
             return
 
 
-def supervise(parent_pid: int, cmd: Sequence[str]) -> int:
-    """Run `cmd`; end it when `parent_pid` is gone or when told to stop (SIGTERM/SIGINT); return its exit code."""
+def supervise(parent_pid: int, cmd: Sequence[str], scratch: str | None = None) -> int:
+    """Run `cmd`; end it when `parent_pid` is gone or when told to stop (SIGTERM/SIGINT); return its exit code.
+    `scratch`: the caller's temporary folder for this server, removed if the caller is gone."""
     child = subprocess.Popen(list(cmd))
     stopping = threading.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
@@ -468,17 +470,27 @@ def supervise(parent_pid: int, cmd: Sequence[str]) -> int:
             except subprocess.TimeoutExpired:
                 child.kill()
             break
-    return child.wait()
+    code = child.wait()
+    _remove_if_orphaned(parent_pid, scratch)
+    return code
+
+
+def _remove_if_orphaned(parent_pid: int | None, scratch: str | None) -> None:
+    """The caller cleans up its server's temporary folder; when it died first (SIGKILL), the server does."""
+    if parent_pid and scratch and os.getppid() != parent_pid:
+        shutil.rmtree(scratch, ignore_errors=True)
 
 
 def main(argv: Sequence[str] | None = None) -> None:
     """`python -m gymforge.llm.serving --checkpoint C --served-name N [--port 0] [--port-file F] ...`
 
-    (`python -m gymforge.llm.serving --supervise --parent-pid P -- CMD...` runs CMD as `supervise` does.)"""
+    (`python -m gymforge.llm.serving --supervise --parent-pid P [--scratch DIR] -- CMD...` runs CMD as `supervise`
+    does.)"""
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv[:1] == ["--supervise"]:
         sep = argv.index("--")
-        sys.exit(supervise(int(argv[argv.index("--parent-pid") + 1]), argv[sep + 1:]))
+        scratch = argv[argv.index("--scratch") + 1] if "--scratch" in argv[:sep] else None
+        sys.exit(supervise(int(argv[argv.index("--parent-pid") + 1]), argv[sep + 1:], scratch))
     p = argparse.ArgumentParser(prog="python -m gymforge.llm.serving",
                                 description="Serve a transformers checkpoint as an OpenAI-compatible endpoint.")
     p.add_argument("--checkpoint", required=True, help="model folder or hub id")
@@ -492,6 +504,8 @@ def main(argv: Sequence[str] | None = None) -> None:
     p.add_argument("--device", default=None, help="cuda or cpu (default: cuda when available)")
     p.add_argument("--dtype", default="auto")
     p.add_argument("--parent-pid", type=int, default=None, help="exit when this process is gone")
+    p.add_argument("--scratch", default=None, help="the caller's temporary folder for this server (port file, "
+                   "temporary log): removed on exit if the --parent-pid process is gone")
     args = p.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
 
@@ -507,6 +521,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     print(f"serving {args.checkpoint} as {args.served_name!r} on http://{args.host}:{port}/v1 "
           f"(device {chat.device}, context {chat.context})", flush=True)
     server.serve_until_interrupted()
+    _remove_if_orphaned(args.parent_pid, args.scratch)
 
 
 if __name__ == "__main__":
