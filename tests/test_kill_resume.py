@@ -28,11 +28,12 @@ from gymforge.llm.ledger import Ledger
 pytestmark = pytest.mark.slow
 
 
-def start(workdir: Path, stderr: Path | None = None) -> subprocess.Popen:
+def start(workdir: Path, tmp: Path, stderr: Path | None = None) -> subprocess.Popen:
     # Its own process group, as a terminal's job would be: killpg reaches Snakemake and every job it started.
+    # `tmp`: TMPDIR, where a killed Snakemake leaves its own (empty) temporary folder instead of in /tmp.
     with open(stderr or os.devnull, "w") as err:
-        return subprocess.Popen(snakemake_cmd("tasks"), cwd=workdir, env=env(), start_new_session=True,
-                                stdout=subprocess.DEVNULL, stderr=err)
+        return subprocess.Popen(snakemake_cmd("tasks"), cwd=workdir, env={**env(), "TMPDIR": str(tmp)},
+                                start_new_session=True, stdout=subprocess.DEVNULL, stderr=err)
 
 
 def kill_group(proc: subprocess.Popen) -> None:
@@ -41,18 +42,20 @@ def kill_group(proc: subprocess.Popen) -> None:
 
 
 def test_kill_9_at_random_points_then_one_rerun_completes_identically(tmp_path: Path, teacher_url: str,
-                                                                       clean_tasks: dict[str, str]) -> None:
+                                                                       clean_tasks: dict[str, str],
+                                                                       tmp_path_factory: pytest.TempPathFactory) -> None:
+    tmp = tmp_path_factory.mktemp("killed-runs-tmp")
     rng = random.Random(14)
     nth = rng.randrange(3, 12)  # first kill: while the nth chat request is being answered
     arrived = threading.Event()
     with FaultProxy(teacher_url, rate=0.0, delay_s=0.5, on_request=lambda n: n == nth and arrived.set()) as proxy:
         workflow(tmp_path, proxy.url, topics=SMALL_TOPICS)
-        proc = start(tmp_path)
+        proc = start(tmp_path, tmp)
         assert arrived.wait(timeout=300), "the run ended before its request to kill at"
         kill_group(proc)
         assert leftovers(tmp_path), "a kill mid-run leaves a lock (and usually temporaries)"
         # Second kill: at a random moment of the resumed run (which starts by clearing the first kill's lock).
-        proc = start(tmp_path, stderr=tmp_path / "resumed.err")
+        proc = start(tmp_path, tmp, stderr=tmp_path / "resumed.err")
         try:
             proc.wait(timeout=rng.uniform(3.0, 15.0))
         except subprocess.TimeoutExpired:
