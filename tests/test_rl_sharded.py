@@ -176,9 +176,12 @@ def sharded_update(tmp: Path, samples: list[Any], *, policy_dir: Path, reference
     port = sharded._free_port()
     t0 = time.monotonic()
     if accelerate:
-        proc = subprocess.run(sharded.launch_command(make_cfg(gpus=2, strategy=strategy), job, port=port), env=env,
-                              capture_output=True, text=True, timeout=240)
+        scratch = tmp / "tmpdir"  # the launch's temporary directory: left empty (no torchelastic_* log folders)
+        scratch.mkdir()
+        proc = subprocess.run(sharded.launch_command(make_cfg(gpus=2, strategy=strategy), job, port=port),
+                              env={**env, "TMPDIR": str(scratch)}, capture_output=True, text=True, timeout=240)
         assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-6000:]
+        assert list(scratch.iterdir()) == [], "the launch left files in the temporary directory"
     else:  # the two ranks with the variables torchrun sets (no launcher process: quicker)
         group = {"WORLD_SIZE": "2", "LOCAL_WORLD_SIZE": "2", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port)}
         procs = [subprocess.Popen([sys.executable, "-m", "gymforge.rl.sharded", str(job)],

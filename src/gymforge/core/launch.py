@@ -1,11 +1,13 @@
 """What a multi-process training job is launched with: the committed accelerate configs and the venv's scripts.
 
 SFT (`gymforge.stages.training`) and the sharded RL update (`gymforge.rl.sharded`) both launch `accelerate launch
---config_file <strategy>.yaml`; the config files ship in the package under `gymforge/core/accelerate/`.
+--config_file <strategy>.yaml` (`accelerate_launch`); the config files ship in the package under
+`gymforge/core/accelerate/`.
 """
 
 from __future__ import annotations
 
+import os
 import sys
 from importlib.resources import files
 from pathlib import Path
@@ -22,6 +24,14 @@ def accelerate_config(strategy: str, key: str = "train.strategy") -> Path:
     if path.is_file():
         return path
     raise FileNotFoundError(f"no accelerate config for strategy {strategy!r} in {ACCELERATE_CONFIGS}")
+
+
+def accelerate_launch(strategy: str, processes: int, key: str = "train.strategy") -> list[str]:
+    """`accelerate launch` with the strategy's committed config on `processes` processes, without the launcher's
+    per-rank log folders (`--log_dir /dev/null`; the workers write to the job's own log): torch's elastic agent
+    otherwise makes a torchelastic_* folder in the temporary directory on every launch and never removes it."""
+    return [venv_script("accelerate"), "launch", "--config_file", str(accelerate_config(strategy, key)),
+            "--num_processes", str(processes), "--log_dir", os.devnull]
 
 
 def venv_script(name: str) -> str:

@@ -75,7 +75,7 @@ from pathlib import Path
 from typing import Any, Iterator, Sequence
 
 from gymforge.core import atomic
-from gymforge.core.launch import accelerate_config, venv_script
+from gymforge.core.launch import accelerate_config, accelerate_launch
 from gymforge.rl.grpo import sample_loss, tokenize_sample
 
 log = logging.getLogger("gymforge.rl.sharded")
@@ -100,8 +100,7 @@ def launch_command(cfg: Any, job: str | Path, *, port: int | None = None) -> lis
     module = ["-m", "gymforge.rl.sharded", str(job)]
     if rl.gpus <= 1:
         return [sys.executable, *module]
-    cmd = [venv_script("accelerate"), "launch", "--config_file", str(accelerate_config(rl.strategy, "rl.strategy")),
-           "--num_processes", str(rl.gpus), "--num_machines", "1"]
+    cmd = [*accelerate_launch(rl.strategy, rl.gpus, "rl.strategy"), "--num_machines", "1"]
     if port is not None:
         cmd += ["--main_process_port", str(port)]
     if rl.strategy == "deepspeed":

@@ -67,7 +67,7 @@ from pydantic import BaseModel, Field
 
 from gymforge.core import atomic
 from gymforge.core.config import GymforgeConfig
-from gymforge.core.launch import accelerate_config, venv_script
+from gymforge.core.launch import accelerate_launch
 from gymforge.hub.data import quiet_datasets
 from gymforge.student.base import build_base, train_seed
 from gymforge.core.cpus import cpu_threads
@@ -543,8 +543,7 @@ def launch_command(cfg: GymforgeConfig, argv: Sequence[str]) -> list[str]:
     gpus = cfg.train.gpus
     if gpus <= 1:
         return [sys.executable, "-m", "gymforge", "train-student", *argv]
-    return [venv_script("accelerate"), "launch", "--config_file", str(accelerate_config(cfg.train.strategy)),
-            "--num_processes", str(gpus), "-m", "gymforge", "train-student", *argv]
+    return [*accelerate_launch(cfg.train.strategy, gpus), "-m", "gymforge", "train-student", *argv]
 
 
 def student_base(cfg: GymforgeConfig, tokenizer: Path, out: Path) -> Path:
