@@ -247,6 +247,22 @@ def test_logprobs_use_the_sampling_temperature(student: Path) -> None:
     assert torch.allclose(got, want, atol=1e-5) and not torch.allclose(got, plain, atol=1e-3)
 
 
+def test_logprobs_from_the_reply_on_are_those_of_the_whole_sequence(student: Path) -> None:
+    """The update takes log-probs from the reply's first token (the logits of the prompt are never computed): the same
+    values as the whole sequence's from there on, so the loss does not change."""
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    model = AutoModelForCausalLM.from_pretrained(str(student)).eval()
+    ids, mask = [5, 17, 42, 8, 99, 7, 3], [0, 0, 0, 0, 1, 1, 1]
+    start = grpo.reply_start(mask)
+    assert start == 3  # ids[1:]-aligned: the first masked token, ids[4]
+    with torch.no_grad():
+        whole = grpo.token_logprobs(model, ids, 0.7)
+        tail = grpo.token_logprobs(model, ids, 0.7, start)
+    assert tail.shape == (3,) and torch.allclose(tail, whole[start:], atol=1e-5)
+
+
 def fake_episode(seed: int, good: bool, rejected: bool = False) -> Trajectory:
     """A two-step episode as the agent loop records it (history, steps, one rejected reply)."""
     from gymforge.core.prompts import render

@@ -24,10 +24,15 @@ deviation; a group whose rewards are all equal teaches nothing and gets 0). `w_k
 `duration_aware` the action's execution time (at least `duration_floor_s`) over the batch mean, capped
 at `duration_max_weight`: "RL for MLE agents" multiplies each action's gradient by its duration so quick
 trivial actions do not outweigh slow real training runs.
+
+The log-probs are taken on the reply's positions only (`reply_logprobs`: the mask is zero before them, so the loss is
+the same), and a policy with fp32 weights on a GPU computes under bf16 autocast (`bf16_compute`): fp32 master weights
+and optimizer, bf16 matmuls and flash attention.
 """
 
 from __future__ import annotations
 
+import contextlib
 import math
 import random
 from dataclasses import dataclass, field
@@ -78,6 +83,7 @@ class ActionSample:
     weight: float = 1.0
     input_ids: list[int] = field(default_factory=list)
     mask: list[int] = field(default_factory=list)  # 1 on the reply's tokens
+    start: int = 0  # `reply_start(mask)`: the log-probs are taken from there on
     old_logprobs: Any = None
     ref_logprobs: Any = None
 
@@ -132,14 +138,44 @@ def tokenize_sample(tokenizer: Any, request: list[dict[str, str]], response: str
 # ---- log-probs and the loss -------------------------------------------------------------------------
 
 
-def token_logprobs(model: Any, input_ids: list[int], temperature: float = 1.0) -> Any:
-    """Log-prob of every token given its prefix (length len(ids) - 1, aligned with ids[1:]) under the policy as it
-    was sampled: logits divided by the sampling temperature."""
+def reply_start(mask: Sequence[int]) -> int:
+    """Index (in the ids[1:]-aligned vectors) of the first reply token: the log-probs before it are never needed."""
+    return next(j for j, m in enumerate(mask[1:]) if m)
+
+
+def bf16_compute(model: Any) -> contextlib.AbstractContextManager[Any]:
+    """bf16 autocast for a model with fp32 weights on a CUDA GPU that has bf16 (the policy: fp32 master weights and
+    optimizer), else nothing (the CPU computes in fp32, as before). In fp32, torch's attention falls back to its math
+    kernel, which keeps every head's full score matrix for the backward: 16 x T^2 x 4 bytes a layer, 112 GiB for a
+    0.6B Qwen3 at 8,192 tokens (measured: out of memory on a 141 GB H200). bf16 runs the flash kernel."""
     import torch
 
-    ids = torch.tensor([input_ids], device=model.device)
-    logits = model(input_ids=ids).logits[0, :-1].float() / temperature
-    return torch.log_softmax(logits, dim=-1).gather(1, ids[0, 1:, None])[:, 0]
+    param = next(model.parameters(), None)
+    if (param is not None and param.device.type == "cuda" and param.dtype == torch.float32
+            and torch.cuda.is_bf16_supported()):
+        return torch.autocast("cuda", dtype=torch.bfloat16)
+    return contextlib.nullcontext()
+
+
+def reply_logprobs(model: Any, input_ids: Any, start: int, temperature: float) -> Any:
+    """Log-probs of tokens `start+1..` of `input_ids` (a 1-D tensor on the model's device) given their prefix, under
+    the policy as it was sampled (logits divided by the sampling temperature), computing the logits of those
+    positions only: at 8k tokens x 152k vocabulary the prompt's logits alone would take ~20 GB with their
+    gradients, and the mask never reaches them."""
+    import torch
+
+    ids = input_ids[None]
+    with bf16_compute(model):
+        logits = model(input_ids=ids, logits_to_keep=ids.shape[1] - start, use_cache=False).logits[0, :-1]
+    logits = logits.float() / temperature
+    return torch.log_softmax(logits, dim=-1).gather(1, ids[0, start + 1:, None])[:, 0]
+
+
+def token_logprobs(model: Any, input_ids: list[int], temperature: float = 1.0, start: int = 0) -> Any:
+    """`reply_logprobs` of a list of ids: from `start`, aligned with ids[start + 1:] (every token's: start 0)."""
+    import torch
+
+    return reply_logprobs(model, torch.tensor(input_ids, device=model.device), start, temperature)
 
 
 def sample_loss(new_lp: Any, old_lp: Any, ref_lp: Any, mask: Any, advantage: float, *, clip_eps: float,
@@ -170,9 +206,10 @@ def prepare(samples: list[ActionSample], tokenizer: Any, policy: Any, reference:
         s.input_ids, s.mask = tokenize_sample(tokenizer, s.request, s.response, max_length, template)
         if sum(s.mask[1:]) == 0:
             continue
+        s.start = reply_start(s.mask)
         with torch.no_grad():
-            s.old_logprobs = None if single_step else token_logprobs(policy, s.input_ids, temperature)
-            s.ref_logprobs = token_logprobs(reference, s.input_ids, temperature)
+            s.old_logprobs = None if single_step else token_logprobs(policy, s.input_ids, temperature, s.start)
+            s.ref_logprobs = token_logprobs(reference, s.input_ids, temperature, s.start)
         kept.append(s)
     return kept
 
@@ -198,8 +235,8 @@ def update(policy: Any, optimizer: Any, samples: list[ActionSample], *, epochs: 
             weight_sum = sum(s.weight for s in batch) or 1.0
             optimizer.zero_grad(set_to_none=True)
             for s in batch:
-                new_lp = token_logprobs(policy, s.input_ids, temperature)
-                mask = torch.tensor(s.mask[1:], device=new_lp.device)
+                new_lp = token_logprobs(policy, s.input_ids, temperature, s.start)
+                mask = torch.tensor(s.mask[1:][s.start:], device=new_lp.device)
                 old_lp = new_lp.detach() if s.old_logprobs is None else s.old_logprobs
                 loss, kl, clipped = sample_loss(new_lp, old_lp, s.ref_logprobs, mask, s.advantage,
                                                 clip_eps=clip_eps, kl_coef=kl_coef)

@@ -11,12 +11,13 @@ all of it is divided by the GPUs; `ddp` and one device keep all of it on every G
 - the gathered FSDP units: a decoder layer's bf16 weights (and the next one, prefetched) and its unsharded fp32
   gradients while they are reduced; the root unit (embeddings and output head) gathered likewise;
 - activations of one sample (the update runs one request+reply of up to `rl.max_length` tokens at a time):
-  34 x tokens x hidden bytes per decoder layer in bf16 (Korthikanti et al. 2022, attention scores excluded: SDPA /
-  flash attention), twice that in fp32 (one device and `ddp` compute in fp32); with gradient checkpointing, one bf16
-  hidden state per layer plus one layer's full activations;
+  with bf16 weights (FSDP2's compute copy, ZeRO-3) 34 x tokens x hidden bytes per decoder layer (Korthikanti et al.
+  2022, attention scores excluded: flash attention); with fp32 weights under bf16 autocast (one device and `ddp`:
+  `grpo.bf16_compute`) 80, measured: a one-sample update of Qwen3-0.6B on an H200 peaked 2.15 MiB higher per token
+  from 2,048 to 16,384 tokens (`bench/gpu_check.py`, docs/training.md); with gradient checkpointing, one hidden state
+  per layer plus one layer's full activations;
 - the log-prob head: 16 bytes per position and vocabulary entry (logits, their fp32 copy divided by the temperature,
-  log-softmax, and their gradients); the sharded update takes them on the reply's positions only
-  (`rl.max_new_tokens` + 1), one device on every position (`grpo.token_logprobs`);
+  log-softmax, and their gradients), on the reply's positions only (`rl.max_new_tokens` + 1: `grpo.reply_logprobs`);
 - 3 GiB of CUDA context, communication buffers and allocator slack.
 
 Shapes of the Qwen3 family come from their `config.json`; other students by name get an assumed shape (36 layers,
@@ -36,7 +37,8 @@ OVERHEAD_GIB = 3.0
 STATE_BYTES = 16  # per trained parameter: fp32 master + Adam m, v + gradients/compute copies (module docstring)
 REFERENCE_BYTES = 2  # bf16
 LOGIT_BYTES = 16  # per (position, vocabulary entry) of the log-prob head, forward and backward
-ACTIVATION_BYTES = 34  # per token and hidden unit of one decoder layer, bf16 (Korthikanti et al.)
+ACTIVATION_BYTES = 34  # per token and hidden unit of one decoder layer, bf16 weights (Korthikanti et al.)
+AUTOCAST_ACTIVATION_BYTES = 80  # the same, fp32 weights under bf16 autocast (measured: module docstring)
 QWEN_VOCAB = 151936
 
 
@@ -121,14 +123,14 @@ def update_memory(shape: Shape, *, gpus: int, strategy: str, gradient_checkpoint
         states = STATE_BYTES * p / n
         # a layer's bf16 weights and the prefetched next one, its fp32 gradients; the root unit (embeddings, head)
         gathered = layer * (2 + 2 + 4) + head * (2 + 4)
-        act_bytes = 2  # bf16 compute
+        act_bytes = 2  # a checkpointed hidden state: bf16
     else:
         states = (STATE_BYTES + (4 if worker else 0)) * p  # ddp: plus its fp32 gradient buckets
         gathered = 0.0
-        act_bytes = 4  # an fp32 policy
+        act_bytes = 4  # fp32 (the residual stream of fp32 weights)
     reference = 0.0 if worker else REFERENCE_BYTES * p  # the workers take the reference log-probs first, then free it
-    logit_positions = min(max_new_tokens + 1, tokens) if worker else tokens
-    per_layer = ACTIVATION_BYTES * tokens * shape.hidden * act_bytes / 2
+    logit_positions = min(max_new_tokens + 1, tokens)
+    per_layer = (ACTIVATION_BYTES if sharded else AUTOCAST_ACTIVATION_BYTES) * tokens * shape.hidden
     if checkpointing:
         activations = tokens * shape.hidden * act_bytes * shape.layers + per_layer
     else:

@@ -76,7 +76,7 @@ from typing import Any, Iterator, Sequence
 
 from gymforge.core import atomic
 from gymforge.core.launch import accelerate_config, accelerate_launch
-from gymforge.rl.grpo import sample_loss, tokenize_sample
+from gymforge.rl.grpo import reply_logprobs, reply_start, sample_loss, tokenize_sample
 
 log = logging.getLogger("gymforge.rl.sharded")
 
@@ -216,22 +216,6 @@ def deal(indices: Sequence[int], lengths: Sequence[int], world: int) -> list[lis
         shares[r].append(i)
         load[r] += lengths[i]
     return shares
-
-
-def reply_start(mask: Sequence[int]) -> int:
-    """Index (in the ids[1:]-aligned vectors) of the first reply token: the log-probs before it are never needed."""
-    return next(j for j, m in enumerate(mask[1:]) if m)
-
-
-def reply_logprobs(model: Any, input_ids: Any, start: int, temperature: float) -> Any:
-    """Log-probs of tokens `start+1..` of `input_ids` (a 1-D tensor on the model's device): `grpo.token_logprobs`'s
-    entries `start..`, computing the logits of those positions only."""
-    import torch
-
-    ids = input_ids[None]
-    keep = ids.shape[1] - start
-    logits = model(input_ids=ids, logits_to_keep=keep, use_cache=False).logits[0, :-1].float() / temperature
-    return torch.log_softmax(logits, dim=-1).gather(1, ids[0, start + 1:, None])[:, 0]
 
 
 # ---- backends -----------------------------------------------------------------------------------------

