@@ -23,8 +23,9 @@ weights), then runs, on CUDA when there is one:
    what `gymforge estimate` predicts for it (`gymforge.rl.memory`);
 3. `serve`: the first SFT checkpoint served by the serving seam's transformers server
    (`gymforge.llm.serving.serve_checkpoint`, a subprocess on the loopback interface), `--requests` chat requests
-   sent at once, `--new-tokens` tokens each; the server answers one request at a time (vLLM is the throughput
-   backend, when installed). Reported: time to ready and completion tokens/s.
+   sent at once after one request that warms it up, `--new-tokens` tokens each; the server answers one request at a
+   time (vLLM is the throughput backend, when installed). Reported: time to ready, the first request's time,
+   completion tokens/s of the batch, and the same model's tokens/s in this process (`ChatModel`, no HTTP).
 
 `--tiny` shrinks all of it (2 layers, 64 wide; short samples, few steps) so that it runs on a CPU in a minute:
 tests/test_gpu_check.py runs it that way, so the script cannot rot without a failing test.
@@ -237,6 +238,8 @@ def rl_memory_check(args: argparse.Namespace, checkpoint: Path, tokenizer: Any) 
 
     cuda = torch.cuda.is_available()
     lengths = [int(x) for x in args.rl_memory_lengths.split(",") if x]
+    if not lengths:
+        return []
     if cuda:
         torch.cuda.empty_cache()
     reference, policy, optimizer = update_models(checkpoint, checkpoint, learning_rate=1e-6)
@@ -296,6 +299,10 @@ def serve_check(args: argparse.Namespace, checkpoint: Path) -> dict[str, Any]:
             except BaseException as err:  # reported below, with the others
                 errors.append(err)
 
+        t1 = time.monotonic()
+        ask(args.requests)  # the first request warms the server's GPU kernels up: timed apart
+        first = time.monotonic() - t1
+        results.clear()
         threads = [threading.Thread(target=ask, args=(k,)) for k in range(args.requests)]
         t1 = time.monotonic()
         for t in threads:
@@ -313,7 +320,8 @@ def serve_check(args: argparse.Namespace, checkpoint: Path) -> dict[str, Any]:
     t2 = time.monotonic()
     direct = chat.complete(body)["usage"]["completion_tokens"] / (time.monotonic() - t2)
     return {"check": "serve", "backend": "transformers", "requests": len(results), "completion_tokens": completion,
-            "ready_s": round(ready, 2), "wall_s": round(wall, 2), "tokens_per_s": round(completion / wall, 1),
+            "ready_s": round(ready, 2), "first_request_s": round(first, 2), "wall_s": round(wall, 2),
+            "tokens_per_s": round(completion / wall, 1),
             "finish_reasons": sorted({r["choices"][0]["finish_reason"] for r in results}),
             "in_process_tokens_per_s": round(direct, 1), "model_device": str(chat.model.device),
             "model_dtype": str(chat.model.dtype).replace("torch.", "")}
