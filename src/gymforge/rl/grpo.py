@@ -145,9 +145,9 @@ def reply_start(mask: Sequence[int]) -> int:
 
 def bf16_compute(model: Any) -> contextlib.AbstractContextManager[Any]:
     """bf16 autocast for a model with fp32 weights on a CUDA GPU that has bf16 (the policy: fp32 master weights and
-    optimizer), else nothing (the CPU computes in fp32, as before). In fp32, torch's attention falls back to its math
-    kernel, which keeps every head's full score matrix for the backward: 16 x T^2 x 4 bytes a layer, 112 GiB for a
-    0.6B Qwen3 at 8,192 tokens (measured: out of memory on a 141 GB H200). bf16 runs the flash kernel."""
+    optimizer), else nothing (the CPU computes in fp32, as before). In fp32 SDPA cannot take its flash kernel (16-bit
+    inputs only), and the kernel it ran kept every head's full score matrix: 16 x T^2 x 4 bytes a layer, 112 GiB for
+    a 0.6B Qwen3 at 8,192 tokens (measured: out of memory on a 141 GB H200). Under bf16 autocast it runs flash."""
     import torch
 
     param = next(model.parameters(), None)
