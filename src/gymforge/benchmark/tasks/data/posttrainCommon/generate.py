@@ -24,8 +24,11 @@ def generate(model_dir, prompts, max_new_tokens=8):
     torch.set_num_threads(int(os.environ.get("GYMFORGE_TORCH_THREADS", "2")))
     options = {"trust_remote_code": False, "local_files_only": True}
     tokenizer = AutoTokenizer.from_pretrained(model_dir, **options)
+    # The job's GPU when it has one (a Qwen3-4B base declares evaluate.task_gpus), else the CPU; fp32 on both, so a
+    # GPU scores without bf16 rounding.
+    device = "cuda" if torch.cuda.is_available() else "cpu"
     model = AutoModelForCausalLM.from_pretrained(model_dir, use_safetensors=True, dtype=torch.float32, **options)
-    model.eval()
+    model.to(device).eval()
     tokenizer.padding_side = "left"
     if tokenizer.pad_token is None:
         tokenizer.pad_token = tokenizer.eos_token
@@ -34,7 +37,7 @@ def generate(model_dir, prompts, max_new_tokens=8):
     out = []
     with torch.no_grad():
         for i in range(0, len(texts), BATCH):
-            batch = tokenizer(texts[i:i + BATCH], return_tensors="pt", padding=True, add_special_tokens=False)
+            batch = tokenizer(texts[i:i + BATCH], return_tensors="pt", padding=True, add_special_tokens=False).to(device)
             ids = model.generate(**batch, do_sample=False, max_new_tokens=int(max_new_tokens),
                                  pad_token_id=tokenizer.pad_token_id)
             new = ids[:, batch["input_ids"].shape[1]:]
