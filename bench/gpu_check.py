@@ -21,9 +21,9 @@ weights), then runs, on CUDA when there is one:
    synthetic replies of 256 tokens after a request, `--rl-length` tokens each: the reference's and the policy's
    log-probs (`grpo.prepare`), then the clipped update (`grpo.update`). Reported: both times, peak GPU memory, and
    what `gymforge estimate` predicts for it (`gymforge.rl.memory`);
-   then `rl_memory`: one-sample updates at each of `--rl-memory-lengths` tokens (Adam's moments already allocated
-   by a first one), each one's peak GPU memory beside the estimate's parts: the figures the estimate's activation
-   bytes were calibrated on;
+   then `rl_memory`, on the same models: one-sample updates at each of `--rl-memory-lengths` tokens (Adam's moments
+   already allocated by that update), each one's peak GPU memory beside the estimate's parts: the figures the
+   estimate's activation bytes were calibrated on;
 3. `serve`: the first SFT checkpoint served by the serving seam's transformers server
    (`gymforge.llm.serving.serve_checkpoint`, a subprocess on the loopback interface), `--requests` chat requests
    sent at once after one request that warms it up, `--new-tokens` tokens each; the server answers one request at a
@@ -87,7 +87,7 @@ def device_info() -> dict[str, Any]:
             "memory_gib": round(torch.cuda.get_device_properties(0).total_memory / 2**30, 1)}
 
 
-def build_model(shape: dict[str, Any], tokenizer: Any, out: Path) -> tuple[Path, Any]:
+def build_model(shape: dict[str, Any], tokenizer: Any, out: Path) -> tuple[Path, Any, int]:
     """A random-init Qwen3 of `shape` with Qwen's vocabulary, saved with the tokenizer to `out` (the SFT base)."""
     import torch
     from transformers import Qwen3Config, Qwen3ForCausalLM, set_seed
@@ -179,29 +179,51 @@ def sft_check(args: argparse.Namespace, work: Path, base: Path, tokenizer_dir: P
     }, out
 
 
-def rl_check(args: argparse.Namespace, checkpoint: Path, tokenizer: Any, params: int) -> dict[str, Any]:
+def request_turns(rng: random.Random, tokenizer: Any, length: int) -> list[dict[str, str]]:
+    """A request as the agent loop sends it (ending in a user turn) of about `length` tokens."""
+    request = conversation(rng, tokenizer, length)
+    while request[-1]["role"] != "user":
+        request.pop()
+    return request
+
+
+def rl_check(args: argparse.Namespace, checkpoint: Path, tokenizer: Any, params: int) -> list[dict[str, Any]]:
+    """The `rl_update` line, then the `rl_memory` lines, from one set of models (`update_models`, as `train_rl` loads
+    them on one device)."""
     import torch
 
     from gymforge.rl import grpo
-    from gymforge.rl.memory import QWEN3, update_memory
     from gymforge.stages.rl import update_models
 
-    rng = random.Random(1)
     cuda = torch.cuda.is_available()
     if cuda:
         torch.cuda.empty_cache()
         torch.cuda.reset_peak_memory_stats()
-    reference, policy, optimizer = update_models(checkpoint, checkpoint, learning_rate=1e-6)
+    models = update_models(checkpoint, checkpoint, learning_rate=1e-6)
+    loaded = round(torch.cuda.memory_allocated() / 2**30, 2) if cuda else None
+    template = grpo.training_template(tokenizer, str(checkpoint))
+    lines = [rl_update_line(args, models, tokenizer, template, params, cuda)]
+    lines += rl_memory_lines(args, models, tokenizer, template, cuda, loaded)
+    return lines
+
+
+def rl_update_line(args: argparse.Namespace, models: tuple[Any, Any, Any], tokenizer: Any, template: str | None,
+                   params: int, cuda: bool) -> dict[str, Any]:
+    """One update on `--rl-samples` samples: the log-probs (`grpo.prepare`), then the clipped update (`grpo.update`)."""
+    import torch
+
+    from gymforge.rl import grpo
+    from gymforge.rl.memory import QWEN3, update_memory
+
+    reference, policy, optimizer = models
+    rng = random.Random(1)
     samples = []
     for k in range(args.rl_samples):
-        request = conversation(rng, tokenizer, args.rl_length)
-        while request[-1]["role"] != "user":
-            request.pop()
+        request = request_turns(rng, tokenizer, args.rl_length)
         reply = "DISCUSSION\n" + " ".join(rng.choice(WORDS) for _ in range(400))
         reply_ids = tokenizer(reply)["input_ids"][:args.rl_reply_tokens]
         samples.append(grpo.ActionSample(request=request, response=tokenizer.decode(reply_ids), duration_s=1.0 + k,
                                          episode=k, advantage=1.0 if k % 2 else -1.0))
-    template = grpo.training_template(tokenizer, str(checkpoint))
     sync = torch.cuda.synchronize if cuda else (lambda: None)
     t0 = time.monotonic()
     kept = grpo.prepare(samples, tokenizer, policy, reference, max_length=args.rl_length, template=template)
@@ -216,10 +238,7 @@ def rl_check(args: argparse.Namespace, checkpoint: Path, tokenizer: Any, params:
     predicted = None
     if not args.tiny:
         predicted = update_memory(QWEN3["0.6b"], gpus=1, strategy="ddp", gradient_checkpointing=False,
-                                  max_length=args.rl_length, max_new_tokens=args.rl_reply_tokens,
-                                  capacity_gib=torch.cuda.get_device_properties(0).total_memory / 2**30 if cuda
-                                  else 80.0).total
-    del reference, policy, optimizer
+                                  max_length=args.rl_length, max_new_tokens=args.rl_reply_tokens).total
     return {"check": "rl_update", "samples": len(kept), "tokens_per_sample": args.rl_length, "parameters": params,
             "prepare_s": round(t1 - t0, 3), "update_s": round(t2 - t1, 3),
             "update_tokens_per_s": round(tokens / (t2 - t1), 1), "optimizer_steps": stats["optimizer_steps"],
@@ -229,51 +248,39 @@ def rl_check(args: argparse.Namespace, checkpoint: Path, tokenizer: Any, params:
             "device": "cuda" if cuda else "cpu"}
 
 
-def rl_memory_check(args: argparse.Namespace, checkpoint: Path, tokenizer: Any) -> list[dict[str, Any]]:
+def rl_memory_lines(args: argparse.Namespace, models: tuple[Any, Any, Any], tokenizer: Any, template: str | None,
+                    cuda: bool, loaded: float | None) -> list[dict[str, Any]]:
     """Peak GPU memory of a one-sample update at each of `--rl-memory-lengths` tokens against `gymforge.rl.memory`'s
-    estimate (`gymforge estimate`), the Adam moments already allocated (a first update made them), as in every update
-    after the first. On a CPU the updates run and no memory is reported."""
+    estimate (`gymforge estimate`), the Adam moments already allocated (by `rl_update_line`'s update), as in every
+    update after the first. On a CPU the updates run and no memory is reported."""
     import torch
 
     from gymforge.rl import grpo
     from gymforge.rl.memory import QWEN3, update_memory
-    from gymforge.stages.rl import update_models
 
-    cuda = torch.cuda.is_available()
-    lengths = [int(x) for x in args.rl_memory_lengths.split(",") if x]
-    if not lengths:
-        return []
-    if cuda:
-        torch.cuda.empty_cache()
-    reference, policy, optimizer = update_models(checkpoint, checkpoint, learning_rate=1e-6)
-    gib = (lambda b: round(b / 2**30, 2)) if cuda else (lambda b: None)
-    loaded = gib(torch.cuda.memory_allocated()) if cuda else None
-    template = grpo.training_template(tokenizer, str(checkpoint))
+    reference, policy, optimizer = models
+
+    def gib(read: Any) -> float | None:
+        return round(read() / 2**30, 2) if cuda else None
+
     rng = random.Random(2)
-    lines, warm_up = [], True
-    for length in [min(lengths), *lengths]:  # the first update only allocates the optimizer's moments
-        request = conversation(rng, tokenizer, length)
-        while request[-1]["role"] != "user":
-            request.pop()
-        sample = grpo.ActionSample(request=request, response="DISCUSSION\n" + " ".join(WORDS), duration_s=1.0,
-                                   episode=0, advantage=1.0)
+    lines = []
+    for length in [int(x) for x in args.rl_memory_lengths.split(",") if x]:
+        sample = grpo.ActionSample(request=request_turns(rng, tokenizer, length),
+                                   response="DISCUSSION\n" + " ".join(WORDS), duration_s=1.0, episode=0, advantage=1.0)
         if cuda:
             torch.cuda.reset_peak_memory_stats()
         kept = grpo.prepare([sample], tokenizer, policy, reference, max_length=length, template=template)
         grpo.update(policy, optimizer, kept, epochs=1, minibatches=1, clip_eps=0.2, kl_coef=0.04, max_grad_norm=1.0,
                     rng=random.Random(0))
-        if warm_up:
-            warm_up = False
-            continue
         predicted = None
         if not args.tiny:
             predicted = update_memory(QWEN3["0.6b"], gpus=1, strategy="ddp", gradient_checkpointing=False,
                                       max_length=length, max_new_tokens=args.rl_reply_tokens).as_dict()
         lines.append({"check": "rl_memory", "tokens_per_sample": len(kept[0].input_ids),
-                      "peak_memory_gib": gib(torch.cuda.max_memory_allocated()) if cuda else None,
-                      "after_load_gib": loaded, "after_update_gib": gib(torch.cuda.memory_allocated()) if cuda else None,
+                      "peak_memory_gib": gib(torch.cuda.max_memory_allocated),
+                      "after_load_gib": loaded, "after_update_gib": gib(torch.cuda.memory_allocated),
                       "predicted": predicted})
-    del reference, policy, optimizer
     return lines
 
 
@@ -374,8 +381,7 @@ def main(argv: list[str] | None = None) -> None:
                                          info["peak_bf16_flops"])
             emit(line, args.out)
             checkpoints.append(checkpoint)
-        emit(rl_check(args, checkpoints[0], tokenizer, params), args.out)
-        for line in rl_memory_check(args, checkpoints[0], tokenizer):
+        for line in rl_check(args, checkpoints[0], tokenizer, params):
             emit(line, args.out)
         emit(serve_check(args, checkpoints[0]), args.out)
     finally:
