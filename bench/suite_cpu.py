@@ -14,7 +14,11 @@ sklearn"` reports 0 s). It also misses docker containers and daemons. Process ac
   and processes outside the command (other work on the machine: the run is honest only when this is ~0);
 - what the accounting cannot see: processes still running at the end (the docker daemon) and the kernel's own
   threads, as busy CPU minus the ended processes;
-- the commands that used the most CPU inside each kind.
+- the commands that used the most CPU inside each kind, with their process counts. Accounting records only a
+  process's 16-byte name (every Python process is `python3`), so a thread samples the command lines of new
+  processes from /proc every 50 ms and labels each process by what it ran (`command_label`): a gymforge verb, a
+  Python script's file name, `python -c`, `python -m MODULE`. A process that lived less than the interval may be
+  missed and keeps its name.
 Accounting is machine-wide: run one measurement at a time (the second `accton` would redirect the first's records).
 """
 
@@ -22,10 +26,12 @@ from __future__ import annotations
 
 import argparse
 import os
+import re
 import shutil
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from collections import Counter, defaultdict
 from dataclasses import dataclass
@@ -57,6 +63,96 @@ def read_accounting(path: Path) -> list[Process]:
         if len(f) > 10:
             processes.append(Process(f[0], (float(f[2]) + float(f[3])) / TICKS, int(f[9]), int(f[10])))
     return processes
+
+
+class CommandLines(threading.Thread):
+    """The argv of each process that appears while it runs, read from /proc every `interval` seconds when a pid is
+    new since the last look and once more at the next one (a fork shows its parent's argv until it execs; reading
+    every process's cmdline each time would itself load the machine). A pid used again later (pids wrap at 32,768
+    here) gets a second entry. A process that execs later than that keeps the argv it had then."""
+
+    def __init__(self, interval: float = 0.05) -> None:
+        super().__init__(daemon=True)
+        self.interval = interval
+        self.argv: dict[int, list[list[str]]] = defaultdict(list)
+        self._done = threading.Event()
+
+    def run(self) -> None:
+        before: set[int] = set()
+        fresh: set[int] = set()  # seen for the first time at the last look: maybe forked and not yet exec'd
+        while not self._done.is_set():
+            now = {int(n) for n in os.listdir("/proc") if n.isdigit()}
+            for pid in fresh & now:  # read again: the argv after the exec that usually follows a fork at once
+                if argv := self._read(pid):
+                    self.argv[pid][-1] = argv
+            fresh = set()
+            for pid in now - before:
+                if argv := self._read(pid):  # kernel threads and zombies have none
+                    self.argv[pid].append(argv)
+                    fresh.add(pid)
+            before = now
+            self._done.wait(self.interval)
+
+    @staticmethod
+    def _read(pid: int) -> list[str]:
+        try:
+            raw = Path(f"/proc/{pid}/cmdline").read_bytes()
+        except OSError:
+            return []
+        return raw.rstrip(b"\0").decode(errors="replace").split("\0") if raw else []
+
+    def stop(self) -> None:
+        self._done.set()
+        self.join()
+
+    def labels(self, processes: list[Process]) -> list[str]:
+        """`command_label` of each process, in order. Accounting writes a record when a process ends, so the
+        records of one pid come in the order its argvs were seen."""
+        used: Counter = Counter()
+        out = []
+        for p in processes:
+            seen = self.argv.get(p.pid, [])
+            argv = seen[min(used[p.pid], len(seen) - 1)] if seen else []
+            used[p.pid] += 1
+            out.append(command_label(argv, p.comm))
+        return out
+
+
+PYTHON = re.compile(r"python[\d.]*$")
+VERB = re.compile(r"[a-z][a-z0-9-]*$")
+
+
+def command_label(argv: list[str], comm: str) -> str:
+    """What a process ran, in a few words: `gymforge VERB` (through `with-gpus`, the command it wraps), a Python
+    script's file name (`baseline.py`, `snakemake`), `python -c`, `python -m MODULE`; else its accounting name."""
+    if not argv:
+        return comm
+    if PYTHON.search(os.path.basename(argv[0])):
+        args = argv[1:]
+        while args and args[0].startswith("-") and args[0] not in ("-c", "-m"):
+            args = args[1:]  # interpreter flags (-u, -I, -X x are not used by what gymforge starts)
+        if not args:
+            return "python"
+        if args[0] == "-c":
+            return "python -c"
+        if args[0] == "-m":
+            if args[1:2] == ["gymforge"]:
+                return _gymforge_verb(args[2:])
+            return f"python -m {args[1]}" if len(args) > 1 else "python -m"
+        return os.path.basename(args[0])
+    if os.path.basename(argv[0]) == "gymforge":
+        return _gymforge_verb(argv[1:])
+    return comm
+
+
+def _gymforge_verb(args: list[str]) -> str:
+    """`gymforge [--log FILE] VERB ...`; `with-gpus N -- COMMAND` is labelled by COMMAND."""
+    while args[:1] == ["--log"]:
+        args = args[2:]
+    if args[:1] == ["with-gpus"] and "--" in args:
+        return command_label(args[args.index("--") + 1:], "gymforge")
+    verb = next((a for a in args if not a.startswith("-")), "")
+    return f"gymforge {verb}" if VERB.match(verb) else "gymforge"
 
 
 def kind_of(processes: list[Process], root: int) -> dict[int, str]:
@@ -105,7 +201,7 @@ def _living_parent(pid: int, root: int) -> str:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--top", type=int, default=4, help="commands shown per kind")
+    parser.add_argument("--top", type=int, default=6, help="commands shown per kind")
     parser.add_argument("command", nargs=argparse.REMAINDER, help="the command, after --")
     args = parser.parse_args()
     command = args.command[1:] if args.command[:1] == ["--"] else args.command
@@ -119,6 +215,8 @@ def main() -> None:
         subprocess.run(["accton", str(log)], check=True, capture_output=True)
         busy0, total0 = busy_jiffies()
         started = time.monotonic()
+        lines = CommandLines()
+        lines.start()
         try:
             proc = subprocess.Popen(command)
             rc = proc.wait()
@@ -126,22 +224,25 @@ def main() -> None:
             wall = time.monotonic() - started
             busy1, total1 = busy_jiffies()
             subprocess.run(["accton", "off"], check=True, capture_output=True)
+            lines.stop()
         processes = read_accounting(log)
     kinds = kind_of(processes, proc.pid)
     cpu: dict[str, float] = defaultdict(float)
     count: Counter = Counter()
     commands: dict[str, Counter] = defaultdict(Counter)
-    for p in processes:
+    runs: dict[str, Counter] = defaultdict(Counter)
+    for p, what in zip(processes, lines.labels(processes), strict=True):
         cpu[kinds[p.pid]] += p.cpu_s
         count[kinds[p.pid]] += 1
-        commands[kinds[p.pid]][p.comm] += p.cpu_s
+        commands[kinds[p.pid]][what] += p.cpu_s
+        runs[kinds[p.pid]][what] += 1
     busy, available = (busy1 - busy0) / TICKS, (total1 - total0) / TICKS
     ended = sum(cpu.values())
     print(f"\n{' '.join(command)}: rc {rc}, {wall:.0f} s wall; the machine {busy:.0f} busy CPU-s of {available:.0f} "
           f"({available / wall:.1f} cores, {100 * busy / max(available, 1e-9):.0f}% busy); {len(processes)} processes "
           f"ended, {ended:.0f} CPU-s")
     for kind, seconds in sorted(cpu.items(), key=lambda kv: -kv[1]):
-        top = ", ".join(f"{c} {s:.0f}" for c, s in commands[kind].most_common(args.top))
+        top = ", ".join(f"{c} {s:.0f} ({runs[kind][c]})" for c, s in commands[kind].most_common(args.top))
         print(f"  {seconds:7.1f} CPU-s  {kind:<36} {count[kind]:6d} processes ({top})")
     print(f"  {busy - ended:7.1f} CPU-s  {'not ended or the kernel':<36} {'':>16}(daemons still running, kernel "
           "threads)")
