@@ -187,6 +187,21 @@ def request_turns(rng: random.Random, tokenizer: Any, length: int) -> list[dict[
     return request
 
 
+# The update's settings in both RL checks: one epoch, one minibatch, rl's defaults otherwise
+UPDATE = {"epochs": 1, "minibatches": 1, "clip_eps": 0.2, "kl_coef": 0.04, "max_grad_norm": 1.0}
+
+
+def predicted_memory(args: argparse.Namespace, length: int) -> Any:
+    """`gymforge.rl.memory`'s estimate of a one-device update of Qwen3-0.6B at `length` tokens (`gymforge estimate`);
+    None with --tiny, whose model is not that shape."""
+    from gymforge.rl.memory import QWEN3, update_memory
+
+    if args.tiny:
+        return None
+    return update_memory(QWEN3["0.6b"], gpus=1, strategy="ddp", gradient_checkpointing=False, max_length=length,
+                         max_new_tokens=args.rl_reply_tokens)
+
+
 def rl_check(args: argparse.Namespace, checkpoint: Path, tokenizer: Any, params: int) -> list[dict[str, Any]]:
     """The `rl_update` line, then the `rl_memory` lines, from one set of models (`update_models`, as `train_rl` loads
     them on one device)."""
@@ -213,7 +228,6 @@ def rl_update_line(args: argparse.Namespace, models: tuple[Any, Any, Any], token
     import torch
 
     from gymforge.rl import grpo
-    from gymforge.rl.memory import QWEN3, update_memory
 
     reference, policy, optimizer = models
     rng = random.Random(1)
@@ -229,22 +243,18 @@ def rl_update_line(args: argparse.Namespace, models: tuple[Any, Any, Any], token
     kept = grpo.prepare(samples, tokenizer, policy, reference, max_length=args.rl_length, template=template)
     sync()
     t1 = time.monotonic()
-    stats = grpo.update(policy, optimizer, kept, epochs=1, minibatches=1, clip_eps=0.2, kl_coef=0.04,
-                        max_grad_norm=1.0, rng=random.Random(0))
+    stats = grpo.update(policy, optimizer, kept, rng=random.Random(0), **UPDATE)
     sync()
     t2 = time.monotonic()
     tokens = sum(len(s.input_ids) for s in kept)
     peak = torch.cuda.max_memory_allocated() / 2**30 if cuda else None
-    predicted = None
-    if not args.tiny:
-        predicted = update_memory(QWEN3["0.6b"], gpus=1, strategy="ddp", gradient_checkpointing=False,
-                                  max_length=args.rl_length, max_new_tokens=args.rl_reply_tokens).total
+    predicted = predicted_memory(args, args.rl_length)
     return {"check": "rl_update", "samples": len(kept), "tokens_per_sample": args.rl_length, "parameters": params,
             "prepare_s": round(t1 - t0, 3), "update_s": round(t2 - t1, 3),
             "update_tokens_per_s": round(tokens / (t2 - t1), 1), "optimizer_steps": stats["optimizer_steps"],
             "loss": round(stats["loss"], 6), "kl": round(stats["kl"], 6),
             "peak_memory_gib": round(peak, 2) if peak is not None else None,
-            "predicted_memory_gib": round(predicted, 2) if predicted is not None else None,
+            "predicted_memory_gib": round(predicted.total, 2) if predicted is not None else None,
             "device": "cuda" if cuda else "cpu"}
 
 
@@ -256,7 +266,6 @@ def rl_memory_lines(args: argparse.Namespace, models: tuple[Any, Any, Any], toke
     import torch
 
     from gymforge.rl import grpo
-    from gymforge.rl.memory import QWEN3, update_memory
 
     reference, policy, optimizer = models
 
@@ -271,16 +280,12 @@ def rl_memory_lines(args: argparse.Namespace, models: tuple[Any, Any, Any], toke
         if cuda:
             torch.cuda.reset_peak_memory_stats()
         kept = grpo.prepare([sample], tokenizer, policy, reference, max_length=length, template=template)
-        grpo.update(policy, optimizer, kept, epochs=1, minibatches=1, clip_eps=0.2, kl_coef=0.04, max_grad_norm=1.0,
-                    rng=random.Random(0))
-        predicted = None
-        if not args.tiny:
-            predicted = update_memory(QWEN3["0.6b"], gpus=1, strategy="ddp", gradient_checkpointing=False,
-                                      max_length=length, max_new_tokens=args.rl_reply_tokens).as_dict()
+        grpo.update(policy, optimizer, kept, rng=random.Random(0), **UPDATE)
+        predicted = predicted_memory(args, length)
         lines.append({"check": "rl_memory", "tokens_per_sample": len(kept[0].input_ids),
                       "peak_memory_gib": gib(torch.cuda.max_memory_allocated),
                       "after_load_gib": loaded, "after_update_gib": gib(torch.cuda.memory_allocated),
-                      "predicted": predicted})
+                      "predicted": predicted.as_dict() if predicted is not None else None})
     return lines
 
 

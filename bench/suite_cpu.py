@@ -228,12 +228,10 @@ def main() -> None:
         processes = read_accounting(log)
     kinds = kind_of(processes, proc.pid)
     cpu: dict[str, float] = defaultdict(float)
-    count: Counter = Counter()
     commands: dict[str, Counter] = defaultdict(Counter)
     runs: dict[str, Counter] = defaultdict(Counter)
     for p, what in zip(processes, lines.labels(processes), strict=True):
         cpu[kinds[p.pid]] += p.cpu_s
-        count[kinds[p.pid]] += 1
         commands[kinds[p.pid]][what] += p.cpu_s
         runs[kinds[p.pid]][what] += 1
     busy, available = (busy1 - busy0) / TICKS, (total1 - total0) / TICKS
@@ -243,7 +241,7 @@ def main() -> None:
           f"ended, {ended:.0f} CPU-s")
     for kind, seconds in sorted(cpu.items(), key=lambda kv: -kv[1]):
         top = ", ".join(f"{c} {s:.0f} ({runs[kind][c]})" for c, s in commands[kind].most_common(args.top))
-        print(f"  {seconds:7.1f} CPU-s  {kind:<36} {count[kind]:6d} processes ({top})")
+        print(f"  {seconds:7.1f} CPU-s  {kind:<36} {sum(runs[kind].values()):6d} processes ({top})")
     print(f"  {busy - ended:7.1f} CPU-s  {'not ended or the kernel':<36} {'':>16}(daemons still running, kernel "
           "threads)")
     sys.exit(rc)
