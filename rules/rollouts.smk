@@ -1,5 +1,5 @@
 # Stage 3.5: teacher rollouts in shards per topic slot (trivial shards for tasks that were not verified).
-from gymforge.core.plan import shard_ids, shard_rollouts
+from gymforge.core.plan import shard_ids, shard_mem_mb, shard_rollouts
 
 TRAJ_SHARDS = shard_ids(CFG)
 SHARD_FILES = expand(f"{R}/trajectories/{{slot}}/shard_{{shard}}.json", slot=TOPIC_SLOTS, shard=TRAJ_SHARDS)
@@ -23,7 +23,7 @@ rule rollout_shard:
         rollouts=lambda w: ",".join(map(str, shard_rollouts(CFG, int(w.shard)))),
     resources:
         gpu=CFG.trajectories.gpus,
-        mem_mb=CFG.trajectories.mem_mb or CFG.sandbox.memory_mb * CFG.trajectories.concurrency + 1024,
+        mem_mb=shard_mem_mb(CFG),  # concurrency x sandbox memory + the job; a smaller mem_mb fails the plan
         runtime=CFG.trajectories.runtime_min,
     shell:
         gymforge(

@@ -327,3 +327,17 @@ def test_dry_run_plans_a_static_shard_dag(tmp_path):
                           cwd=tmp_path, capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "gpu=1" in proc.stdout + proc.stderr
+
+
+def test_a_shards_memory_covers_its_concurrent_sandboxes() -> None:
+    """A shard job's allocation holds `concurrency` sandboxes at their memory limit plus the job: derived when
+    `trajectories.mem_mb` is null, refused at plan time when set below that."""
+    from gymforge.core.plan import shard_mem_mb
+
+    cfg = GymforgeConfig.model_validate({"sandbox": {"memory_mb": 32768}, "trajectories": {"concurrency": 16}})
+    assert shard_mem_mb(cfg) == 16 * 32768 + 1024
+    raised = cfg.model_copy(update={"trajectories": cfg.trajectories.model_copy(update={"mem_mb": 600_000})})
+    assert shard_mem_mb(raised) == 600_000
+    short = cfg.model_copy(update={"trajectories": cfg.trajectories.model_copy(update={"mem_mb": 131072})})
+    with pytest.raises(ValueError, match="at least 525312 MB"):
+        shard_mem_mb(short)

@@ -16,7 +16,7 @@ import pytest
 from pydantic import ValidationError
 
 from gymforge.core.config import GymforgeConfig, SandboxConfig
-from gymforge.sandbox import Limits, Mount, SandboxError, disk, get_sandbox
+from gymforge.sandbox import Limits, Mount, SandboxError, cgroups, disk, get_sandbox
 from gymforge.sandbox.local import LocalBackend, _bwrap_works, _unshare_works
 from gymforge.tasks.episode import EpisodeRunner
 
@@ -409,3 +409,20 @@ def test_a_killed_runs_capped_workspace_is_swept_when_a_backend_is_made(tmp_path
     assert not os.path.ismount(ws)
     shutil.rmtree(tmp_path / "run")
     ws.mkdir(parents=True)
+
+
+@needs_bwrap
+def test_a_gpu_sandbox_has_no_address_space_cap_but_its_group_still_bounds_memory(ws: Path) -> None:
+    """CUDA reserves more address space than any sensible cap: a sandbox given GPUs gets no `ulimit -v`, one without
+    GPUs keeps it; memory that is really used stays bounded by the sandbox's cgroup either way."""
+    reserve = "import mmap; m = mmap.mmap(-1, 3 << 30); print('reserved')"  # address space only, never touched
+    plain = LocalBackend("bwrap").run_once(ws, ["bash", "-c", f"ulimit -v; python -c {reserve!r}"], timeout=60,
+                                           limits=LIMITS)
+    assert plain.output.splitlines()[0] == str(1024 * 1024) and "reserved" not in plain.output
+    gpu = LocalBackend("bwrap", gpus=True)
+    r = gpu.run_once(ws, ["bash", "-c", f"ulimit -v; python -c {reserve!r}"], timeout=60, limits=LIMITS)
+    assert r.output.split() == ["unlimited", "reserved"], r.output
+    if cgroups.available():
+        touch = "b = bytearray(2 << 30); b[::4096] = b'x' * len(b[::4096]); print('survived')"
+        r = gpu.run_once(ws, ["python", "-c", touch], timeout=60, limits=LIMITS)
+        assert "survived" not in r.output and r.limit is not None and r.limit.startswith("memory: 1024 MiB"), r

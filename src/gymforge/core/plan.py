@@ -88,6 +88,26 @@ def shard_rollouts(cfg: GymforgeConfig, shard: int) -> list[int]:
     return list(range(shard * size, min((shard + 1) * size, cfg.trajectories.per_task)))
 
 
+SHARD_OVERHEAD_MB = 1024
+"""What a shard job itself holds beside its sandboxes (the agent loop, the teacher client)."""
+
+
+def shard_mem_mb(cfg: GymforgeConfig) -> int:
+    """Memory a rollout shard job declares: `trajectories.concurrency` sandboxes of `sandbox.memory_mb` each, plus
+    the job itself. `trajectories.mem_mb` may raise it, never lower it: a job allocation (SLURM's cgroup) smaller
+    than its sandboxes' limits would kill the job instead of the one sandbox that went over."""
+    t = cfg.trajectories
+    need = t.concurrency * cfg.sandbox.memory_mb + SHARD_OVERHEAD_MB
+    if t.mem_mb is None:
+        return need
+    if t.mem_mb < need:
+        raise ValueError(
+            f"trajectories.mem_mb is {t.mem_mb} MB, but a shard runs {t.concurrency} sandboxes (trajectories."
+            f"concurrency) of {cfg.sandbox.memory_mb} MB each (sandbox.memory_mb) plus {SHARD_OVERHEAD_MB} MB for "
+            f"the job: at least {need} MB; raise it, set it to null (derived), or lower the concurrency")
+    return t.mem_mb
+
+
 def parts_dir(out: Path) -> Path:
     """Where finished rollouts of the shard at `out` wait for the shard to complete."""
     return out.parent / f".{out.stem}.parts"

@@ -13,7 +13,8 @@ Confinement, best first (detected at runtime, `confinement` says which one is in
 
 Limits are rlimits set by a `bash -c 'ulimit ...'` wrapper, so they hold for every process in the
 tree and only root outside bwrap could raise them again: CPU time (SIGXCPU, exit 152; SIGKILL 5 s
-later), address space and file size per process; RLIMIT_NPROC for `max_processes`. RLIMIT_NPROC counts all tasks (threads too) of a uid and does not apply to root, so:
+later), address space (not for a sandbox given GPUs: CUDA reserves more than any sensible cap; the cgroup or the
+job's allocation bounds memory there) and file size per process; RLIMIT_NPROC for `max_processes`. RLIMIT_NPROC counts all tasks (threads too) of a uid and does not apply to root, so:
 as root with bwrap each session runs as its own unprivileged uid (derived from the workspace path, in [1000000, 2000000), set with
 `setpriv` inside the sandbox after the mounts are made) and gets exactly `max_processes`; the workspace
 and writable mounts are chowned to that uid (entries without an owner write bit stay as they are, use a
@@ -479,7 +480,7 @@ class LocalBackend:
             cleanup = functools.partial(_unlink_mounts, ws, links, shadowed)
         if not _is_root():
             nproc = _user_tasks(os.getuid()) + limits.max_processes
-        ulimit = f"ulimit -c 0 -v {limits.memory_mb * 1024} -f {limits.max_file_mb * 1024} -n {limits.open_files}"
+        ulimit = f"ulimit -c 0{_address_space(limits, self.gpus)} -f {limits.max_file_mb * 1024} -n {limits.open_files}"
         if nproc is not None:
             ulimit += f" -u {nproc}"
         # SIGXCPU at the soft limit tells "out of CPU time" apart from other kills; SIGKILL 5 s later.
@@ -554,6 +555,18 @@ class LocalBackend:
             output=buf.text(), exit_code=code, timed_out=timed_out, duration_s=round(time.monotonic() - t0, 4),
             limit=limit,
         )
+
+
+def _address_space(limits: Limits, gpus: bool) -> str:
+    """The `ulimit` option that caps each process's address space, or none for a sandbox given GPUs: CUDA maps far
+    more virtual memory than it uses (a CUDA context reserves tens of GiB), so the cap would stop CUDA from starting
+    rather than bound memory. There the sandbox's cgroup (`cgroups`), or where there is none the job's own
+    allocation (SLURM's cgroup, `mem_mb`), bounds memory instead."""
+    if gpus:
+        if not cgroups.available():
+            log.warning("a GPU sandbox without a writable cgroup: its memory is bounded only by the job's allocation")
+        return ""
+    return f" -v {limits.memory_mb * 1024}"
 
 
 def _then(first: Callable[[], None], second: Callable[[], None]) -> Callable[[], None]:
