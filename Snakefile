@@ -1,14 +1,16 @@
 # gymforge: topics -> validated tasks -> ... (see README). Rules are thin; logic lives in src/gymforge.
-from gymforge.core.config import validate_config
+from gymforge.core.config import layered_config, validate_config
 from gymforge.core.locks import clear_stale_locks
-
-
-configfile: "config.yaml"
 
 
 report: "report/workflow.rst"
 
 
+# No `configfile:` directive: Snakemake would merge every --configfile over it, so each run would inherit the quick
+# start's demo values. Without --configfile a run reads config.yaml; with one, that file (and the files its `base:`
+# names) over the models' defaults, then --config (docs/configuration.md#how-configs-layer).
+config.clear()
+config.update(layered_config(workflow.overwrite_configfiles, workflow.config_settings.config))
 # Fails here, before any job is scheduled, with the offending key path.
 CFG = validate_config(config)
 # config.yaml holds only overrides (the defaults live in the models): the report's first page (report/workflow.rst)

@@ -73,6 +73,7 @@ cat >"$WORK/e2e-config.yaml" <<'EOF'
 # 2 topic slots, 2 rollouts per verified task in shards of 1: a handful of jobs of every kind. Each shard,
 # and each verification (it runs the task as its rollouts will), declares a GPU: the test cluster's fake GPUs take it through the GPU path (partition `gpu`, --gpus=1,
 # CUDA_VISIBLE_DEVICES set by SLURM); the offline rollouts themselves never touch a GPU.
+base: config.yaml
 topics: {n: 2, batch_size: 2}
 trajectories: {per_task: 2, shard_size: 1, concurrency: 1, gpus: 1}
 EOF

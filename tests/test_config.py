@@ -130,3 +130,68 @@ def test_docs_config_table_states_the_model_defaults_and_config_yaml_overrides()
     # kept on purpose with the measurement that explains it)
     assert set(leaves(overrides)) == listed
     assert [k for k in listed if _lookup(overrides, k) == _lookup(defaults, k)] == ["train.batch_size"]
+
+
+# ---- how config files layer ------------------------------------------------------------------------------------
+
+
+def _leaves(tree: dict, prefix: str = "") -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for key, value in tree.items():
+        path = f"{prefix}{key}"
+        if isinstance(value, list) and value and all(isinstance(v, dict) for v in value):  # e.g. evaluate.models
+            value = {str(i): v for i, v in enumerate(value)}
+        out.update(_leaves(value, f"{path}.") if isinstance(value, dict) else {path: value})
+    return out
+
+
+def _resolved(cfg: GymforgeConfig, key: str) -> Any:
+    value: Any = cfg.model_dump(mode="json")
+    for part in key.split("."):
+        value = value[int(part)] if isinstance(value, list) else value[part]
+    return value
+
+
+def test_a_config_file_stands_alone_unless_it_names_a_base(tmp_path: Path, monkeypatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "config.yaml").write_text(yaml.safe_dump({"train": {"learning_rate": 0.003, "epochs": 8}}))
+    (tmp_path / "mine.yaml").write_text(yaml.safe_dump({"topics": {"n": 20}}))
+    mine = load_config("mine.yaml")
+    assert (mine.train.learning_rate, mine.train.epochs) == (TrainDefaults.learning_rate, TrainDefaults.epochs)
+    (tmp_path / "demo.yaml").write_text(yaml.safe_dump({"base": "config.yaml", "topics": {"n": 20}}))
+    demo = load_config("demo.yaml")
+    assert (demo.train.learning_rate, demo.train.epochs, demo.topics.n) == (0.003, 8, 20)
+    assert "base" not in demo.model_dump()  # resolved away: jobs never see it
+    (tmp_path / "loop.yaml").write_text(yaml.safe_dump({"base": "loop.yaml"}))
+    with pytest.raises(ConfigError, match="comes back to itself"):
+        load_config("loop.yaml")
+    (tmp_path / "lost.yaml").write_text(yaml.safe_dump({"base": "nowhere.yaml"}))
+    with pytest.raises(ConfigError, match="nowhere.yaml: no such config file"):
+        load_config("lost.yaml")
+
+
+TrainDefaults = GymforgeConfig().train
+
+
+@pytest.mark.parametrize("path", sorted((REPO / "configs").glob("*.yaml")), ids=lambda p: p.name)
+def test_every_shipped_config_resolves_to_what_it_states(path: Path, monkeypatch) -> None:
+    """Each of configs/*.yaml gets exactly its own values, and a file that names no base gets none of the quick
+    start's demo values: a key it leaves out is the models' default."""
+    monkeypatch.chdir(REPO)
+    raw = yaml.safe_load(path.read_text())
+    cfg = load_config(path)
+    for key, value in _leaves({k: v for k, v in raw.items() if k != "base"}).items():
+        assert _resolved(cfg, key) == value, key
+    if "base" not in raw:
+        own = _leaves(raw)
+        demo = _leaves(yaml.safe_load((REPO / "config.yaml").read_text()))
+        defaults = GymforgeConfig()
+        for key in demo.keys() - own.keys():
+            assert _resolved(cfg, key) == _resolved(defaults, key), f"{key} leaks from config.yaml"
+
+
+def test_paper_scale_trains_rl_on_every_verified_task_at_the_documented_rates() -> None:
+    cfg = load_config(REPO / "configs" / "paper-scale.yaml")
+    assert cfg.rl.tasks is None and cfg.rl.tasks_from == "micro"
+    assert (cfg.train.learning_rate, cfg.train.epochs, cfg.rl.learning_rate) == (1e-5, 3, 1e-6)
+    assert cfg.evaluate.max_steps == cfg.trajectories.max_steps == 50

@@ -281,7 +281,7 @@ def test_task_with_an_unfetched_hub_dataset_fails_at_install(tmp_path: Path) -> 
 
 def _workflow(tmp_path: Path, config: dict) -> Path:
     workdir = copy_workflow(tmp_path / "wf", "rules", "report")
-    (workdir / "test.yaml").write_text(yaml.safe_dump(config))
+    (workdir / "test.yaml").write_text(yaml.safe_dump({"base": "config.yaml", **config}))
     return workdir
 
 

@@ -106,15 +106,20 @@ def test_cli_measures_the_config_results_dir_by_default_and_defaults_otherwise(t
     assert json.loads(captured.out)["measured_from"] is None and "no finished run" in captured.err
 
 
-def test_configfiles_merge_in_order_over_config_yaml(tmp_path: Path, monkeypatch) -> None:
+def test_configfiles_layer_in_order_and_inherit_config_yaml_only_through_base(tmp_path: Path, monkeypatch) -> None:
     monkeypatch.chdir(tmp_path)
     (tmp_path / "config.yaml").write_text(yaml.safe_dump({"topics": {"n": 7, "batch_size": 3},
                                                           "trajectories": {"per_task": 5}}))
     (tmp_path / "a.yaml").write_text(yaml.safe_dump({"trajectories": {"per_task": 9, "max_steps": 20}}))
     (tmp_path / "b.yaml").write_text(yaml.safe_dump({"trajectories": {"per_task": 11}}))
     cfg = load_configs(["a.yaml", "b.yaml"])
-    assert (cfg.topics.n, cfg.topics.batch_size) == (7, 3)
+    assert (cfg.topics.n, cfg.topics.batch_size) == (GymforgeConfig().topics.n, GymforgeConfig().topics.batch_size)
     assert (cfg.trajectories.per_task, cfg.trajectories.max_steps) == (11, 20)
+    (tmp_path / "sub").mkdir()
+    (tmp_path / "sub" / "c.yaml").write_text(yaml.safe_dump({"base": "../config.yaml", "topics": {"n": 8}}))
+    cfg = load_configs(["sub/c.yaml", "a.yaml"])
+    assert (cfg.topics.n, cfg.topics.batch_size, cfg.trajectories.per_task) == (8, 3, 9)
+    assert load_configs([]).topics.n == 7  # no file given: ./config.yaml
 
 
 def test_steps_are_capped_at_max_steps_and_budget_is_checked() -> None:

@@ -316,7 +316,7 @@ def test_the_suite_and_the_paper_scale_configuration_plan(tmp_path: Path) -> Non
     counts = job_counts(dry_run(workdir, "scores", "--config", "evaluate={benchmark: posttraining}"))
     models = len(GymforgeConfig().evaluate.models)
     assert counts["eval_runs"] == 3 * models and counts["check_benchmark_task"] == 3, counts
-    counts = job_counts(dry_run(workdir, "all", "--configfile", "config.yaml", "configs/post-training-paper-scale.yaml"))
+    counts = job_counts(dry_run(workdir, "all", "--configfile", "configs/post-training-paper-scale.yaml"))
     cfg = load_config(PAPER)
     assert counts["eval_runs"] == 3 * len(cfg.evaluate.models) and counts["check_benchmark_task"] == 3, counts
 

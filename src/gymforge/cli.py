@@ -228,7 +228,8 @@ def build_parser() -> argparse.ArgumentParser:
     p = command("estimate", _run_tool, "project LLM calls, tokens, cost, GPU- and CPU-hours of a config, "
                 "running nothing", config=False)
     p.add_argument("--configfile", nargs="+", action="extend", default=[], metavar="F",
-                   help="config files merged over ./config.yaml in order, as with snakemake --configfile")
+                   help="config files layered in order (each over the files its `base:` names; none: ./config.yaml), "
+                   "as with snakemake --configfile")
     p.add_argument("--results", default=None, help="finished run to measure per-item averages from "
                    "(default: the config's results_dir when it has data)")
     p.add_argument("--defaults", action="store_true", help="ignore any finished run: default constants only")

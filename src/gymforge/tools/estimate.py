@@ -39,7 +39,7 @@ from pathlib import Path
 from typing import Any, Iterable
 
 from gymforge.core import plan
-from gymforge.core.config import GymforgeConfig, Price, deep_merge, validate_config
+from gymforge.core.config import GymforgeConfig, Price, layered_config, validate_config
 from gymforge.rl.memory import advice, params_of, rl_update_memory
 from gymforge.benchmark.suite import SUITES, BenchmarkError, mlgym_tasks
 from gymforge.core.plan import SERVED_SOURCES, shard_rollouts
@@ -633,18 +633,10 @@ def estimate(cfg: GymforgeConfig, measured: Measured | None = None) -> dict[str,
 # ---- loading and rendering ------------------------------------------------------------------------------
 
 
-def load_configs(configfiles: Iterable[str | Path], base: str | Path | None = "config.yaml") -> GymforgeConfig:
-    """Like `snakemake --configfile A B`: the Snakefile's `config.yaml` (when present) with each file deep-merged
-    over it in order."""
-    import yaml
-
-    raw: dict[str, Any] = {}
-    files = [Path(f) for f in configfiles]
-    if base and Path(base).exists() and Path(base).resolve() not in {f.resolve() for f in files}:
-        raw = yaml.safe_load(Path(base).read_text()) or {}
-    for f in files:
-        raw = deep_merge(raw, yaml.safe_load(f.read_text()) or {})
-    return validate_config(raw)
+def load_configs(configfiles: Iterable[str | Path]) -> GymforgeConfig:
+    """As `snakemake --configfile A B` resolves them: the files in order, each over the files its `base:` names;
+    with none, ./config.yaml (gymforge.core.config.layered_config)."""
+    return validate_config(layered_config(configfiles))
 
 
 def _fmt(x: float) -> str:
