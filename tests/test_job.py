@@ -100,3 +100,33 @@ def test_stale_snakemake_lock_is_cleared_only_when_no_snakemake_runs_here(tmp_pa
     assert said.getvalue() == "" and clear_stale_locks(tmp_path, out=said) == "stale"
     assert "removed a stale Snakemake lock" in said.getvalue()
     assert not list(locks.iterdir()) and stale_lock_state(tmp_path) == ("none", [])
+
+
+def test_a_lock_recorded_by_another_host_is_never_cleared_here(tmp_path: Path) -> None:
+    """On a shared file system a second login node cannot see the run that holds the lock: the record of the
+    locking run's host keeps a dry run there from deleting it; on the run's own host a dead pid makes it stale."""
+    import socket
+
+    from gymforge.core.locks import owner_path, read_owner
+
+    locks = tmp_path / ".snakemake" / "locks"
+    locks.mkdir(parents=True)
+    lock = locks / "0.input.lock"
+    assert clear_stale_locks(tmp_path, out=io.StringIO()) == "none"  # no lock: this process records itself
+    assert read_owner(tmp_path)["host"] == socket.gethostname()
+    lock.write_text("results/x\n")
+    owner_path(tmp_path).write_text(json.dumps({"host": "login2.cluster", "pid": 1234, "started": 1.0}))
+    said = io.StringIO()
+    assert clear_stale_locks(tmp_path, out=said) == "elsewhere" and lock.exists()
+    assert "login2.cluster" in said.getvalue() and "snakemake --unlock" in said.getvalue()
+    assert read_owner(tmp_path)["host"] == "login2.cluster"  # the live run's record stays too
+
+    alive = subprocess.Popen(["sleep", "60"])  # this host's locking run, alive (its name is not snakemake's)
+    try:
+        owner_path(tmp_path).write_text(json.dumps({"host": socket.gethostname(), "pid": alive.pid}))
+        assert stale_lock_state(tmp_path) == ("held", [alive.pid])
+        assert clear_stale_locks(tmp_path, out=io.StringIO()) == "held" and lock.exists()
+    finally:
+        alive.kill()
+        alive.wait()
+    assert clear_stale_locks(tmp_path, out=io.StringIO()) == "stale" and not lock.exists()

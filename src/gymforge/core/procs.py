@@ -14,3 +14,13 @@ def pid_alive(pid: int) -> bool:
     except PermissionError:
         pass
     return True
+
+
+def start_time(pid: int) -> float | None:
+    """When a process started, in clock ticks since boot (Linux; None elsewhere or when it is gone): a pid recorded
+    with its start time is known to be recycled when the start time differs."""
+    try:
+        stat = open(f"/proc/{pid}/stat").read()
+    except OSError:
+        return None
+    return float(stat.rsplit(")", 1)[1].split()[19])

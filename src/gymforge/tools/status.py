@@ -48,6 +48,8 @@ def render_table(report: dict, rates: dict[str, tuple[float | None, float | None
                      f"{budget['in_flight']} requests in flight, remaining ${budget['remaining_usd']:.4f}")
     if report.get("lock") == "stale":
         lines.append("Snakemake lock: stale (left by a killed run); the next snakemake run removes it")
+    elif report.get("lock") == "elsewhere":
+        lines.append("Snakemake lock: held by a run on another host (.snakemake/gymforge-lock-owner.json names it)")
     elif report.get("lock") == "unknown":
         lines.append("Snakemake lock: present; if no Snakemake runs here, clear it with: snakemake --unlock")
     return "\n".join(lines)
