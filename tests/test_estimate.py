@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import subprocess
 import sys
 import time
@@ -77,8 +78,8 @@ def test_measured_averages_are_used_when_a_results_dir_is_given(tmp_path: Path) 
 
     cfg = cfg_with(topics={"n": 10}, trajectories={"per_task": 4})
     measured, default = estimate(cfg, m), estimate(cfg)
-    assert measured["constants"]["rollout_steps"]["source"] == "measured"
-    assert default["constants"]["rollout_steps"]["source"] == "offline"
+    assert measured["constants"]["rollout_steps"]["source"] == "pilot"
+    assert default["constants"]["rollout_steps"]["source"] == "mlgym"
     assert default["constants"]["verified_per_slot"]["source"] == "paper"
     # 10 slots x 0.5 verified x 4 rollouts x 5 steps x 1.2 calls per step
     assert stage(measured, "trajectories")["calls"] == pytest.approx(10 * 0.5 * 4 * 5 * 1.2)
@@ -95,10 +96,10 @@ def test_cli_measures_the_config_results_dir_by_default_and_defaults_otherwise(t
     main(["estimate", "--configfile", str(cfg_file), "--json"])
     report = json.loads(capsys.readouterr().out)
     assert report["measured_from"] == str(results)
-    assert report["constants"]["rollout_steps"] == {"value": 5.0, "source": "measured",
+    assert report["constants"]["rollout_steps"] == {"value": 5.0, "source": "pilot",
                                                     "note": report["constants"]["rollout_steps"]["note"]}
     main(["estimate", "--configfile", str(cfg_file), "--json", "--defaults"])
-    assert json.loads(capsys.readouterr().out)["constants"]["rollout_steps"]["source"] == "offline"
+    assert json.loads(capsys.readouterr().out)["constants"]["rollout_steps"]["source"] == "mlgym"
     empty = tmp_path / "empty"
     empty.mkdir()
     main(["estimate", "--configfile", str(cfg_file), "--results", str(empty), "--json"])
@@ -182,3 +183,95 @@ def test_request_examples_train_every_request_and_auto_follows_the_longest_traje
     # each request example is cut at max_length: a tiny context bounds the tokens per reply
     assert plan("request", 256)["train_tokens"] == pytest.approx(
         request["sft_examples"] * 256 * GymforgeConfig().train.epochs)
+
+
+def test_default_constants_are_mlgyms_released_runs_and_the_estimate_says_so(tmp_path: Path) -> None:
+    """Without a pilot the agent loop's constants (steps, tokens per call, trajectory lengths, reasoning) come
+    from MLGym's released runs, read from the stored table, and the report and its text name that source."""
+    from gymforge.tools.estimate import CONSTANTS_FILE, render
+
+    table = yaml.safe_load(CONSTANTS_FILE.read_text())
+    assert set(table) == set(DEFAULTS) and all(DEFAULTS[k].note for k in DEFAULTS)
+    loop = ("rollout_steps", "rollout_calls_per_step", "rollout_prompt_per_call", "rollout_completion_per_call",
+            "reasoning_per_completion", "kept_tokens_max", "request_tokens_per_kept", "eval_steps_per_run")
+    r = estimate(load_config(PAPER))
+    for key in loop:
+        assert DEFAULTS[key].source == "mlgym"
+        assert r["constants"][key] == {"value": table[key]["value"], "source": "mlgym", "note": table[key]["note"]}
+    assert r["constants_source"]["primary"] == "MLGym released runs"
+    assert r["measured_from"] is None
+    # steps per rollout follow the table: a different value there would change the plan's calls
+    steps = min(table["rollout_steps"]["value"], 51)
+    assert stage(r, "trajectories")["calls"] == pytest.approx(
+        r["plan"]["rollouts"] * steps * table["rollout_calls_per_step"]["value"])
+    assert render(r).splitlines()[2].startswith("constants from MLGym released runs")
+
+
+def test_reasoning_tokens_of_a_reasoning_teacher_are_priced_as_output() -> None:
+    price = {"input_per_mtok": 1.0, "output_per_mtok": 10.0}
+    chat = estimate(cfg_with(llm={"teacher": {"model": "chat-model", "price": price}}))
+    reasoning_cfg = cfg_with(llm={"teacher": {"model": "chat-model", "price": price,
+                                              "token_param": "max_completion_tokens"}})
+    by_param = estimate(reasoning_cfg)
+    ratio = DEFAULTS["reasoning_per_completion"].value
+    assert chat["reasoning"]["ratio"] == 0 and stage(chat, "trajectories")["reasoning_tokens"] == 0
+    assert "max_completion_tokens" in by_param["reasoning"]["reasoning_teacher"]
+    for name in ("topics", "code", "trajectories"):
+        a, b = stage(chat, name), stage(by_param, name)
+        assert b["completion_tokens"] == pytest.approx(a["completion_tokens"])
+        assert b["reasoning_tokens"] == pytest.approx(a["completion_tokens"] * ratio) and b["reasoning_tokens"] > 0
+        assert b["cost_usd"] - a["cost_usd"] == pytest.approx(b["reasoning_tokens"] * 10.0 / 1e6)
+    assert by_param["totals"]["cost_usd"] > chat["totals"]["cost_usd"]
+    # the model's name alone marks OpenAI's reasoning families; the option overrides, 0 prices none
+    by_name = estimate(cfg_with(llm={"teacher": {"model": "gpt-5", "price": price}}))
+    assert by_name["reasoning"]["ratio"] == ratio and by_name["constants"]["reasoning_per_completion"]["source"] == "mlgym"
+    twice = estimate(reasoning_cfg, reasoning_ratio=2.0)
+    traj = stage(twice, "trajectories")
+    assert traj["reasoning_tokens"] == pytest.approx(2 * traj["completion_tokens"])
+    assert twice["constants"]["reasoning_per_completion"]["source"] == "option"
+    assert estimate(reasoning_cfg, reasoning_ratio=0.0)["totals"]["cost_usd"] == pytest.approx(
+        chat["totals"]["cost_usd"])
+
+
+def test_pilot_run_constants_are_used_and_stated_with_results(tmp_path: Path, capsys, monkeypatch) -> None:
+    """`gymforge estimate --results <pilot>`: the pilot's ledger and records give the constants, the hidden
+    reasoning tokens in its ledger give the ratio, and both outputs name the pilot as the source."""
+    results = build_results(tmp_path)
+    ledger = [("topics", 170, 20, 0), ("trajectories", 6000, 600, 400), ("trajectories", 6000, 600, 400)]
+    (results / "llm" / "calls.jsonl").write_text("".join(
+        json.dumps({"stage": s, "model": "teacher-x", "cached": False, "prompt_tokens": p, "completion_tokens": c,
+                    "reasoning_tokens": h, "cost_usd": 0.0, "ok": True}) + "\n" for s, p, c, h in ledger))
+    monkeypatch.chdir(tmp_path)
+    cfg_file = tmp_path / "big.yaml"
+    cfg_file.write_text(yaml.safe_dump({"topics": {"n": 100}, "trajectories": {"per_task": 8}}))
+    main(["estimate", "--configfile", str(cfg_file), "--results", str(results), "--json"])
+    r = json.loads(capsys.readouterr().out)
+    assert r["constants_source"]["primary"] == f"pilot run at {results}"
+    assert r["measured_from"] == str(results)
+    used = r["constants"]
+    assert used["rollout_steps"]["source"] == "pilot" and used["rollout_steps"]["value"] == pytest.approx(5.0)
+    ratio = 800 / (1220 - 800)  # hidden per visible completion token over the teacher's ledger lines
+    assert used["reasoning_per_completion"] == {"value": pytest.approx(ratio), "source": "pilot",
+                                                "note": used["reasoning_per_completion"]["note"]}
+    # the shards' tokens received include the hidden ones: the visible part is priced once, the rest as reasoning
+    visible = sum(ROLLOUT_COMPLETION) / sum(ROLLOUT_CALLS) / (1 + ratio)
+    assert used["rollout_completion_per_call"]["value"] == pytest.approx(visible)
+    traj = stage(r, "trajectories")
+    assert traj["reasoning_tokens"] == pytest.approx(traj["completion_tokens"] * ratio)
+    assert traj["calls"] == pytest.approx(100 * 0.5 * 8 * 5 * 1.2)  # the pilot's yield, steps and calls per step
+    main(["estimate", "--configfile", str(cfg_file), "--results", str(results)])
+    text = capsys.readouterr().out
+    assert f"constants from pilot run at {results}" in text and "(pilot)" in text
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not os.environ.get("MLGYM_ROOT"), reason="MLGYM_ROOT (an MLGym checkout) not set")
+def test_stored_mlgym_constants_are_what_the_released_runs_give() -> None:
+    """bench/mlgym_trajectory_stats.py recomputes the table's `mlgym` entries from the checkout's released runs."""
+    proc = subprocess.run([sys.executable, str(REPO / "bench" / "mlgym_trajectory_stats.py"), "--json"],
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    computed = json.loads(proc.stdout)
+    for key, entry in computed.items():
+        assert DEFAULTS[key].source == "mlgym"
+        assert DEFAULTS[key].value == pytest.approx(entry["value"], rel=1e-6), key

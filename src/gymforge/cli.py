@@ -233,6 +233,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--results", default=None, help="finished run to measure per-item averages from "
                    "(default: the config's results_dir when it has data)")
     p.add_argument("--defaults", action="store_true", help="ignore any finished run: default constants only")
+    p.add_argument("--reasoning-ratio", type=float, default=None, metavar="X",
+                   help="hidden reasoning tokens per visible completion token of the teacher, billed as output "
+                   "(default: the pilot's, else MLGym's o-series runs for a reasoning teacher, else 0)")
     p.add_argument("--json", action="store_true")
 
     p = command("run-task", _run_tool, "run one agent episode on any MLGym-format task")

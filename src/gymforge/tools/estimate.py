@@ -1,31 +1,31 @@
 """`gymforge estimate`: what a config will cost before anything runs.
 
-Per stage it projects LLM calls, prompt and completion tokens, cost (at the config's prices), GPU-hours (what the
-jobs declare: rollout shards x `trajectories.gpus` x shard wall, training, served models in evaluation) and
-CPU-hours of the jobs that run task code in the sandbox. Counts come from the config by arithmetic (the same
+Per stage it projects LLM calls, prompt, completion and reasoning tokens, cost (at the config's prices), GPU-hours
+(what the jobs declare: rollout shards x `trajectories.gpus` x shard wall, training, served models in evaluation)
+and CPU-hours of the jobs that run task code in the sandbox. Counts come from the config by arithmetic (the same
 formulas the Snakefile uses: ceil(n / batch_size) topic batches, ceil(per_task / shard_size) shards per task,
 models x tasks x runs_per_task evaluation runs), never from a Snakemake DAG, so a paper-scale plan (hundreds of
 thousands of jobs) is priced in well under a second.
 
 Per-item averages (calls per item, tokens per call, steps per rollout, seconds per step, CPU seconds per item)
-and funnel yields (kept topics per slot, verified tasks per slot, kept trajectories per rollout) are *measured*
-from a finished run when one is available (`--results`, default the config's `results_dir` when it has data):
-tokens per call from the LLM ledger (`llm/calls.jsonl`) and the item records, calls per item from the records,
+and funnel yields (kept topics per slot, verified tasks per slot, kept trajectories per rollout) are measured
+from a pilot run when one is given (`--results`, default the config's `results_dir` when it has data): tokens per
+call from the LLM ledger (`llm/calls.jsonl`) and the item records, calls per item from the records,
 steps/timings/tokens per rollout from (a sample of) the rollout shards, yields from the stage records and
-`sft/stats.json`, CPU seconds from the Snakemake benchmark files. Whatever a run does not cover falls back to the
-constants in `DEFAULTS`, each labelled with where it comes from:
+`sft/stats.json`, CPU seconds from the Snakemake benchmark files. Whatever the pilot does not cover falls back to
+the table in `estimate_constants.yaml` (`DEFAULTS`), each entry with its source: MLGym's released frontier-model
+runs for the agent loop (steps, tokens per call, reasoning tokens, trajectory lengths), the offline run for the
+generation stages, the paper for yields, stated assumptions otherwise. The report names the source of every
+constant it used, and of the whole (`constants_source`: "pilot run at <path>" or "MLGym released runs").
 
-- `offline`: measured on the finished offline run of the default `config.yaml` (12 topic slots, 9 verified
-  tasks, 54 rollouts of at most 30 steps, offline teacher, local bwrap sandbox, 2-core machine) that was
-  kept in /tmp/gf-measure/results; `measure()` of that directory reproduces them.
-- `paper`: "AI Scientist via Synthetic Task Scaling": 1000 topics -> ~500 verified tasks, 256 rollouts per
-  task -> ~34k kept trajectories, one GPU per task.
-- `assumption`: not measured anywhere; the note says why the value is plausible. Change it with care.
+Reasoning tokens: a reasoning teacher (OpenAI's o-series and GPT-5 class, by the endpoint's `token_param`,
+`reasoning_effort` or its model's name) writes hidden tokens that are billed as output tokens. Every teacher call's
+visible completion tokens are multiplied by `reasoning_per_completion` (hidden per visible token; from the pilot's
+ledger, else MLGym's o-series runs; `--reasoning-ratio` sets it, 0 prices none).
 
-Known limits: the offline teacher answers in ~0.1 s and writes short replies, so `offline` token and timing
-constants under-estimate a real reasoning teacher (whose hidden reasoning tokens are billed as completion tokens);
-prices of served students are $0 (their cost is GPU time); steps per rollout are capped at the config's
-`max_steps` (+1 for the auto-submission) but never extrapolated upward.
+Known limits: prices of served students are $0 (their cost is GPU time); steps per rollout are capped at the
+config's `max_steps` (+1 for the auto-submission) but never extrapolated upward; the generation stages' per-call
+constants come from the offline teacher, whose replies are shorter than a real teacher's.
 """
 
 from __future__ import annotations
@@ -33,13 +33,17 @@ from __future__ import annotations
 import csv
 import json
 import math
+import re
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any, Iterable, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, TypeAdapter
 
 from gymforge.core import plan
-from gymforge.core.config import GymforgeConfig, Price, layered_config, validate_config
+from gymforge.core.config import EndpointConfig, GymforgeConfig, Price, layered_config, validate_config
 from gymforge.rl.memory import advice, params_of, rl_update_memory
 from gymforge.benchmark.suite import SUITES, BenchmarkError, mlgym_tasks
 from gymforge.core.plan import SERVED_SOURCES, shard_rollouts
@@ -49,86 +53,59 @@ from gymforge.stages.sft import resolve_unit
 # ---- default constants ----------------------------------------------------------------------------------
 
 
-@dataclass(frozen=True)
-class Constant:
+class Constant(BaseModel):
+    """One default constant of the estimate and where it comes from."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
     value: float
-    source: str  # offline | paper | assumption | measured
+    source: Literal["mlgym", "offline", "paper", "datasheet", "assumption"]
     note: str
 
 
-# Peak dense bf16 throughput of one H100 SXM (NVIDIA datasheet) and an assumed model-FLOPs utilisation.
-GPU_PEAK_FLOPS = 989e12
-TRAIN_MFU = 0.35
+CONSTANTS_FILE = Path(__file__).with_name("estimate_constants.yaml")
 
-DEFAULTS: dict[str, Constant] = {
-    # funnel yields, cumulative per topic slot (a slot that fails a stage is skipped by the later ones)
-    "topics_kept_per_slot": Constant(0.833, "offline", "10 of 12 slots kept; 2 near-duplicate topics"),
-    "proposals_ok_per_slot": Constant(0.75, "offline", "9 of 12 slots: 1 dataset not found on the hub"),
-    "configs_ok_per_slot": Constant(0.75, "offline", "9 of 12 (every proposal got valid configs)"),
-    "code_ok_per_slot": Constant(0.75, "offline", "9 of 12 (every config got valid starter code)"),
-    "verified_per_slot": Constant(0.5, "paper", "1000 topics -> 500 verified tasks (offline run: 9/12 = 0.75)"),
-    "kept_per_rollout": Constant(0.266, "paper", "~34,000 kept of 500 x 256 = 128,000 rollouts "
-                                 "(offline run: 53/54 = 0.98)"),
-    # LLM usage per item
-    "topics_calls_per_batch": Constant(1.0, "offline", "3 batches, 3 calls, no nudges"),
-    "topics_prompt_base": Constant(171.7, "offline", "prompt tokens of a topics call with no topics seen yet "
-                                   "(least-squares fit over the 3 batches)"),
-    "topics_prompt_per_seen": Constant(9.5, "offline", "prompt tokens per already-sampled topic listed in the prompt"),
-    "topics_completion_per_topic": Constant(10.67, "offline", "128 completion tokens for 12 requested topics"),
-    "proposals_calls_per_item": Constant(2.9, "offline", "29 calls for 10 proposals (dataset searches, nudges)"),
-    "proposals_prompt_per_call": Constant(413.2, "offline", "11,983 prompt tokens / 29 calls"),
-    "proposals_completion_per_call": Constant(77.9, "offline", "2,260 completion tokens / 29 calls"),
-    "configs_calls_per_item": Constant(1.667, "offline", "15 calls for 9 tasks (first draft + repairs)"),
-    "configs_prompt_per_call": Constant(1652.0, "offline", "24,779 / 15"),
-    "configs_completion_per_call": Constant(868.6, "offline", "13,029 / 15"),
-    "code_calls_per_item": Constant(1.444, "offline", "13 calls for 9 tasks"),
-    "code_prompt_per_call": Constant(2226.0, "offline", "28,938 / 13"),
-    "code_completion_per_call": Constant(1190.5, "offline", "15,477 / 13"),
-    "verification_calls_per_item": Constant(16.56, "offline", "149 calls for 9 tasks: teacher episode turns plus "
-                                            "debug-loop repairs"),
-    "verification_prompt_per_call": Constant(3302.0, "offline", "491,976 / 149"),
-    "verification_completion_per_call": Constant(105.4, "offline", "15,712 / 149"),
-    # one rollout (and, unless measured, one evaluation run: the same agent loop and templates)
-    "rollout_steps": Constant(12.04, "offline", "650 steps / 54 rollouts (max_steps 30; 2 hit the limit)"),
-    "rollout_calls_per_step": Constant(1.015, "offline", "660 calls / 650 steps: replies plus format re-asks"),
-    "rollout_prompt_per_call": Constant(2992.3, "offline", "1,974,890 / 660 (history with the last 5 observations "
-                                       "in full)"),
-    "rollout_completion_per_call": Constant(84.66, "offline", "55,874 / 660; the offline teacher writes short "
-                                           "replies and no reasoning tokens"),
-    "rollout_exec_s_per_step": Constant(4.63, "offline", "3,009 s execution / 650 steps (small sklearn tasks, "
-                                        "3 rollouts at once on 2 cores; tasks that train on a GPU take far longer)"),
-    "llm_s_per_call": Constant(10.0, "assumption", "seconds per teacher reply of a hosted reasoning model "
-                               "(the offline teacher answers in ~0.1 s)"),
-    "eval_steps_per_run": Constant(12.04, "assumption", "= rollout_steps (same agent loop)"),
-    "eval_calls_per_step": Constant(1.015, "assumption", "= rollout_calls_per_step"),
-    "eval_prompt_per_call": Constant(2992.3, "assumption", "= rollout_prompt_per_call"),
-    "eval_completion_per_call": Constant(84.66, "assumption", "= rollout_completion_per_call"),
-    "eval_exec_s_per_step": Constant(4.63, "assumption", "= rollout_exec_s_per_step"),
-    # SFT and training
-    "kept_tokens_mean": Constant(5164.5, "offline", "mean student tokens of the 53 kept examples (offline BPE "
-                                 "tokenizer); a conversation example trains min(this, train.max_length)"),
-    "kept_tokens_max": Constant(6442, "offline", "the longest of 35 kept trajectories (student tokens): "
-                                "sft.example_unit auto is `request` when train.max_length is shorter"),
-    "request_tokens_per_kept": Constant(36923.1, "offline", "1,292,307 tokens of 378 request examples from 35 kept "
-                                        "trajectories: each request repeats the conversation before its reply"),
-    "replies_per_kept": Constant(10.8, "offline", "378 teacher replies in 35 kept trajectories (one request "
-                                 "example each, none longer than train.max_length)"),
-    "train_tokens_per_s_per_gpu": Constant(math.nan, "assumption", f"{TRAIN_MFU:.0%} MFU of an H100's "
-                                           f"{GPU_PEAK_FLOPS / 1e12:.0f} TFLOP/s bf16 at 6 x params FLOPs per "
-                                           "token (8 x with gradient checkpointing); attention FLOPs ignored"),
-    # CPU seconds of the jobs that run task code (Snakemake benchmark cpu_time)
-    "code_cpu_s_per_item": Constant(2.05, "offline", "mean cpu_time of the 9 starter-code jobs (validation)"),
-    "verification_cpu_s_per_item": Constant(11.19, "offline", "mean cpu_time of the 9 verification jobs (baseline, "
-                                            "evaluation, teacher episode)"),
-    "rollout_cpu_s": Constant(8.74, "offline", "472 s cpu_time of the 18 shard jobs / 54 rollouts (includes the "
-                              "offline teacher's server thread)"),
-    "eval_cpu_s_per_run": Constant(8.74, "assumption", "= rollout_cpu_s"),
-}
+
+def load_defaults(path: Path = CONSTANTS_FILE) -> dict[str, Constant]:
+    """The table of default constants (`estimate_constants.yaml`), validated."""
+    return TypeAdapter(dict[str, Constant]).validate_python(yaml.safe_load(path.read_text()))
+
+
+DEFAULTS = load_defaults()
+GPU_PEAK_FLOPS = DEFAULTS["gpu_peak_flops"].value  # peak dense bf16 FLOP/s of one H100 SXM
+TRAIN_MFU = DEFAULTS["train_mfu"].value
+
+# What each constant's `source` stands for in the report ("pilot" and "option" are not in the table).
+SOURCE_NAMES = {"pilot": "pilot run at {results}", "mlgym": "MLGym released runs",
+                "offline": "offline run of config.yaml", "paper": "the paper", "datasheet": "vendor datasheet",
+                "assumption": "assumption", "option": "command-line option"}
 
 MLGYM_TASKS = 13  # MLGym-Bench's 13 tasks, used when the checkout is not at hand
 
+# Stages whose calls go to the teacher (priced at its price, reasoning tokens included for a reasoning teacher).
+TEACHER_STAGES = ("topics", "proposals", "configs", "code", "verification", "trajectories")
 
-# ---- measuring a finished run -----------------------------------------------------------------------
+# Model names of reasoning models whose hidden tokens are billed as output: OpenAI's o-series and GPT-5 class,
+# DeepSeek-R1, and models that say so in their name.
+REASONING_NAME = re.compile(r"(^|/)(o[1-9]|gpt-5)|reason|think|(^|[-/_])r1($|[-_:])", re.IGNORECASE)
+
+
+def reasoning_teacher(endpoint: EndpointConfig, *models: str | None) -> str | None:
+    """Why the teacher counts as a reasoning model (its hidden tokens billed as output), or None."""
+    if getattr(endpoint, "token_param", None) == "max_completion_tokens":
+        return "llm.teacher.token_param is max_completion_tokens"
+    effort = getattr(endpoint, "reasoning_effort", None)
+    if effort not in (None, "none"):
+        return f"llm.teacher.reasoning_effort is {effort}"
+    if getattr(endpoint, "offline_endpoint", None) == "reasoning":
+        return "the offline teacher imitates a reasoning endpoint"
+    for name in (endpoint.model, *models):
+        if name and REASONING_NAME.search(name):
+            return f"the model name {name}"
+    return None
+
+
+# ---- measuring a pilot run ------------------------------------------------------------------------------
 
 
 @dataclass
@@ -159,9 +136,20 @@ def _json(path: Path) -> Any:
         return None
 
 
-def _ledger_per_call(results: Path) -> dict[str, tuple[int, int, int]]:
-    """stage -> (requests sent, prompt tokens, completion tokens), cache hits excluded."""
-    out: dict[str, list[int]] = {}
+@dataclass
+class _Spent:
+    """Answered calls of one stage in the ledger: completion tokens include the reasoning tokens (as OpenAI counts
+    and bills them)."""
+
+    calls: int = 0
+    prompt: int = 0
+    completion: int = 0
+    reasoning: int = 0
+
+
+def _ledger(results: Path) -> dict[str, _Spent]:
+    """stage -> what its answered calls spent, cache hits excluded."""
+    out: dict[str, _Spent] = {}
     path = results / "llm" / "calls.jsonl"
     if not path.exists():
         return {}
@@ -173,13 +161,14 @@ def _ledger_per_call(results: Path) -> dict[str, tuple[int, int, int]]:
                 continue
             # Tokens per call of answered calls: a `sent` line is followed by its `done` line, a failed attempt
             # (retried, or killed in flight) has no usage.
-            if e.get("cached") or e.get("event") == "sent" or e.get("ok") is False:
+            if e.get("cached") or e.get("event") in ("sent", "cached") or e.get("ok") is False:
                 continue
-            t = out.setdefault(e.get("stage", "?"), [0, 0, 0])
-            t[0] += 1
-            t[1] += int(e.get("prompt_tokens") or 0)
-            t[2] += int(e.get("completion_tokens") or 0)
-    return {k: (v[0], v[1], v[2]) for k, v in out.items()}
+            t = out.setdefault(e.get("stage", "?"), _Spent())
+            t.calls += 1
+            t.prompt += int(e.get("prompt_tokens") or 0)
+            t.completion += int(e.get("completion_tokens") or 0)
+            t.reasoning += int(e.get("reasoning_tokens") or 0)
+    return out
 
 
 def _bench_cpu(path: Path) -> float | None:
@@ -213,45 +202,59 @@ def _fit_line(points: list[tuple[float, float]]) -> tuple[float, float] | None:
     return my - slope * mx, slope
 
 
-def measure(results: Path, *, shard_sample: int = 64) -> Measured:
-    """Per-item averages and yields of the finished (or partly finished) run in `results`."""
-    results = Path(results)
-    m = Measured(results)
-    raw = _json(results / "config.json")
-    if not raw:
-        return m
-    cfg = GymforgeConfig.model_validate(raw)
-    n = cfg.topics.n
-    ledger = _ledger_per_call(results)
+class _Pilot:
+    """Measuring one results directory into `Measured`, stage by stage (see `measure`)."""
 
-    def per_call(stage: str, records_usage: list[dict[str, Any]], prefix: str) -> None:
-        sent = sum(u.get("calls", 0) for u in records_usage)
-        prompt = sum(u.get("prompt_tokens", 0) for u in records_usage)
-        completion = sum(u.get("completion_tokens", 0) for u in records_usage)
+    def __init__(self, results: Path, cfg: GymforgeConfig, shard_sample: int) -> None:
+        self.results, self.cfg, self.n, self.shard_sample = results, cfg, cfg.topics.n, shard_sample
+        self.m = Measured(results)
+        self.ledger = _ledger(results)
+        self.visible = 1.0  # billed completion tokens -> visible ones: 1 / (1 + reasoning per visible token)
+        self.records: dict[str, list[dict[str, Any]]] = {}
+
+    def reasoning(self) -> None:
+        """Hidden reasoning tokens per visible completion token over the teacher's calls in the ledger."""
+        spent = [self.ledger[s] for s in TEACHER_STAGES if s in self.ledger]
+        completion, reasoning = sum(s.completion for s in spent), sum(s.reasoning for s in spent)
+        if completion and completion > reasoning:
+            ratio = reasoning / (completion - reasoning)
+            self.m.put("reasoning_per_completion", ratio, f"{reasoning:,} reasoning tokens within {completion:,} "
+                       f"completion tokens of {sum(s.calls for s in spent):,} teacher calls (llm/calls.jsonl)")
+            self.visible = 1 / (1 + ratio)
+
+    def per_call(self, stage: str, usages: list[dict[str, Any]], prefix: str) -> None:
+        """Prompt and visible completion tokens per call: the item records, else the ledger."""
+        sent = sum(u.get("calls", 0) for u in usages)
+        prompt = sum(u.get("prompt_tokens", 0) for u in usages)
+        completion = sum(u.get("completion_tokens", 0) for u in usages)
         where = "item records"
-        if not sent and stage in ledger and ledger[stage][0]:
-            sent, prompt, completion = ledger[stage]
-            where = "llm/calls.jsonl"
+        spent = self.ledger.get(stage)
+        if not sent and spent and spent.calls:
+            sent, prompt, completion, where = spent.calls, spent.prompt, spent.completion, "llm/calls.jsonl"
         if sent:
-            m.put(f"{prefix}_prompt_per_call", prompt / sent, f"{prompt:,} / {sent:,} calls ({where})")
-            m.put(f"{prefix}_completion_per_call", completion / sent, f"{completion:,} / {sent:,} calls ({where})")
+            hidden = f", {1 - self.visible:.0%} of them reasoning" if self.visible < 1 else ""
+            self.m.put(f"{prefix}_prompt_per_call", prompt / sent, f"{prompt:,} / {sent:,} calls ({where})")
+            self.m.put(f"{prefix}_completion_per_call", completion * self.visible / sent,
+                       f"{completion:,} / {sent:,} calls ({where}{hidden})")
 
-    # topics
-    batches = [b for b in (_json(p) for p in sorted((results / "topics" / "batches").glob("b*.json"))) if b]
-    if batches:
+    def topics(self) -> None:
+        n, m = self.n, self.m
+        batches = [b for b in (_json(p) for p in sorted((self.results / "topics" / "batches").glob("b*.json"))) if b]
+        if not batches:
+            return
         slots = [s for b in batches for s in b["slots"] if int(s["item"][1:]) < n]
         kept = sum(s["status"] == "ok" for s in slots)
         if len(slots) >= n:
             m.put("topics_kept_per_slot", kept / n, f"{kept} of {n} slots kept")
         calls = sum(b["usage"]["calls"] + b["usage"]["cache_hits"] for b in batches)
         m.put("topics_calls_per_batch", calls / len(batches), f"{calls} calls / {len(batches)} batches")
-        points, completion, requested = [], 0, 0
+        points, completion, requested = [], 0.0, 0
         for b in batches:
             u = b["usage"]
             if u["calls"]:
                 new = sum(s["status"] == "ok" for s in b["slots"])
                 points.append((len(b["seen"]) - new, u["prompt_tokens"] / u["calls"]))
-                completion += u["completion_tokens"] / u["calls"]
+                completion += u["completion_tokens"] * self.visible / u["calls"]
                 requested += b["requested"]
         fit = _fit_line(points)
         if fit:
@@ -261,125 +264,147 @@ def measure(results: Path, *, shard_sample: int = 64) -> Measured:
             m.put("topics_prompt_base", sum(y for _, y in points) / len(points), "mean (one batch size only)")
         if requested:
             m.put("topics_completion_per_topic", completion / requested,
-                  f"completion tokens per requested topic over {len(points)} batches")
+                  f"visible completion tokens per requested topic over {len(points)} batches")
 
-    # per-slot stages
-    stage_files = {"proposals": "proposals/t*.json", "configs": "configs/t*.json", "code": "tasks/t*/status.json",
-                   "verification": "environments/t*/report.json"}
-    ledger_stage = {"proposals": "proposals", "configs": "configs", "code": "code", "verification": "verification"}
-    records: dict[str, list[dict[str, Any]]] = {}
-    for stage, pattern in stage_files.items():
-        recs = [r for r in (_json(p) for p in sorted(results.glob(pattern))) if r and int(r["item"][1:]) < n]
-        records[stage] = recs
-        if len(recs) < n:
-            continue  # a stage that has not finished every slot says nothing about yields or averages yet
-        ran = [r for r in recs if r["status"] != "skipped"]
-        ok = sum(r["status"] == "ok" for r in recs)
-        key = {"proposals": "proposals_ok_per_slot", "configs": "configs_ok_per_slot", "code": "code_ok_per_slot",
-               "verification": "verified_per_slot"}[stage]
-        m.put(key, ok / n, f"{ok} of {n} slots")
-        if ran:
-            calls = sum(r["usage"]["calls"] + r["usage"]["cache_hits"] for r in ran)
-            m.put(f"{stage}_calls_per_item", calls / len(ran), f"{calls} calls / {len(ran)} items that ran")
-            per_call(ledger_stage[stage], [r["usage"] for r in ran], stage)
-        if stage in ("code", "verification"):
-            bench = "tasks" if stage == "code" else "environments"
-            cpus = [c for c in (_bench_cpu(results / "benchmarks" / bench / f"{r['item']}.tsv") for r in ran)
-                    if c is not None]
-            if cpus:
-                m.put(f"{stage}_cpu_s_per_item", sum(cpus) / len(cpus), f"mean cpu_time of {len(cpus)} jobs")
+    def slots(self) -> None:
+        """Yields, calls and tokens per item and CPU seconds of the per-slot stages."""
+        n, m, results = self.n, self.m, self.results
+        stage_files = {"proposals": "proposals/t*.json", "configs": "configs/t*.json", "code": "tasks/t*/status.json",
+                       "verification": "environments/t*/report.json"}
+        yields = {"proposals": "proposals_ok_per_slot", "configs": "configs_ok_per_slot", "code": "code_ok_per_slot",
+                  "verification": "verified_per_slot"}
+        for stage, pattern in stage_files.items():
+            recs = [r for r in (_json(p) for p in sorted(results.glob(pattern))) if r and int(r["item"][1:]) < n]
+            self.records[stage] = recs
+            if len(recs) < n:
+                continue  # a stage that has not finished every slot says nothing about yields or averages yet
+            ran = [r for r in recs if r["status"] != "skipped"]
+            ok = sum(r["status"] == "ok" for r in recs)
+            m.put(yields[stage], ok / n, f"{ok} of {n} slots")
+            if ran:
+                calls = sum(r["usage"]["calls"] + r["usage"]["cache_hits"] for r in ran)
+                m.put(f"{stage}_calls_per_item", calls / len(ran), f"{calls} calls / {len(ran)} items that ran")
+                self.per_call(stage, [r["usage"] for r in ran], stage)
+            if stage in ("code", "verification"):
+                bench = "tasks" if stage == "code" else "environments"
+                cpus = [c for c in (_bench_cpu(results / "benchmarks" / bench / f"{r['item']}.tsv") for r in ran)
+                        if c is not None]
+                if cpus:
+                    m.put(f"{stage}_cpu_s_per_item", sum(cpus) / len(cpus), f"mean cpu_time of {len(cpus)} jobs")
 
-    # trajectories: a sample of the finished shards
-    verified = [r["item"] for r in records.get("verification", []) if r["status"] == "ok"]
-    shard_files = sorted(p for slot in verified for p in (results / "trajectories" / slot).glob("shard_*.json"))
-    steps = calls = prompt = completion = rollouts = 0
-    query_s = exec_s = 0.0
-    for path in _sample(shard_files, shard_sample):
-        try:
-            shard = ShardRecord.model_validate_json(path.read_text())
-        except (OSError, ValueError):
-            continue
-        for rec in shard.rollouts:
-            t = rec.trajectory
-            rollouts += 1
-            steps += len(t.trajectory)
-            calls += t.info.model_stats.api_calls
-            prompt += t.info.model_stats.tokens_sent
-            completion += t.info.model_stats.tokens_received
-            query_s += sum(s.query_time for s in t.trajectory)
-            exec_s += sum(s.execution_time for s in t.trajectory)
-    if rollouts and steps:
-        where = f"{rollouts} rollouts in {min(len(shard_files), shard_sample)} of {len(shard_files)} shards"
-        m.put("rollout_steps", steps / rollouts, f"{steps} steps / {where}")
-        m.put("rollout_calls_per_step", calls / steps, f"{calls} calls / {steps} steps")
-        m.put("rollout_exec_s_per_step", exec_s / steps, f"{exec_s:.0f} s / {steps} steps")
-        if calls:
-            m.put("rollout_prompt_per_call", prompt / calls, f"{prompt:,} / {calls} calls ({where})")
-            m.put("rollout_completion_per_call", completion / calls, f"{completion:,} / {calls} calls")
-            m.put("llm_s_per_call", query_s / calls, f"{query_s:.0f} s query time / {calls} calls "
-                  f"({cfg.llm.teacher.provider} teacher {cfg.trajectories.model or cfg.llm.teacher.model})")
-    cpu, cpu_rollouts = 0.0, 0
-    for path in shard_files:
-        c = _bench_cpu(results / "benchmarks" / "trajectories" / path.parent.name / f"{path.stem}.tsv")
-        if c is not None:
-            cpu += c
-            cpu_rollouts += len(shard_rollouts(cfg, int(path.stem.split("_")[1])))
-    if cpu_rollouts:
-        m.put("rollout_cpu_s", cpu / cpu_rollouts, f"cpu_time {cpu:.0f} s of shard jobs / {cpu_rollouts} rollouts")
+    def shards(self) -> None:
+        """Steps, calls, tokens and timings per rollout from a sample of the finished shards."""
+        m, cfg, results = self.m, self.cfg, self.results
+        verified = [r["item"] for r in self.records.get("verification", []) if r["status"] == "ok"]
+        shard_files = sorted(p for slot in verified for p in (results / "trajectories" / slot).glob("shard_*.json"))
+        steps = calls = prompt = completion = rollouts = 0
+        query_s = exec_s = 0.0
+        for path in _sample(shard_files, self.shard_sample):
+            try:
+                shard = ShardRecord.model_validate_json(path.read_text())
+            except (OSError, ValueError):
+                continue
+            for rec in shard.rollouts:
+                t = rec.trajectory
+                rollouts += 1
+                steps += len(t.trajectory)
+                calls += t.info.model_stats.api_calls
+                prompt += t.info.model_stats.tokens_sent
+                completion += t.info.model_stats.tokens_received
+                query_s += sum(s.query_time for s in t.trajectory)
+                exec_s += sum(s.execution_time for s in t.trajectory)
+        if rollouts and steps:
+            where = f"{rollouts} rollouts in {min(len(shard_files), self.shard_sample)} of {len(shard_files)} shards"
+            m.put("rollout_steps", steps / rollouts, f"{steps} steps / {where}")
+            m.put("rollout_calls_per_step", calls / steps, f"{calls} calls / {steps} steps")
+            m.put("rollout_exec_s_per_step", exec_s / steps, f"{exec_s:.0f} s / {steps} steps")
+            if calls:
+                m.put("rollout_prompt_per_call", prompt / calls, f"{prompt:,} / {calls} calls ({where})")
+                m.put("rollout_completion_per_call", completion * self.visible / calls,
+                      f"{completion:,} / {calls} calls" + (" (visible part)" if self.visible < 1 else ""))
+                m.put("llm_s_per_call", query_s / calls, f"{query_s:.0f} s query time / {calls} calls "
+                      f"({cfg.llm.teacher.provider} teacher {cfg.trajectories.model or cfg.llm.teacher.model})")
+        cpu, cpu_rollouts = 0.0, 0
+        for path in shard_files:
+            c = _bench_cpu(results / "benchmarks" / "trajectories" / path.parent.name / f"{path.stem}.tsv")
+            if c is not None:
+                cpu += c
+                cpu_rollouts += len(shard_rollouts(cfg, int(path.stem.split("_")[1])))
+        if cpu_rollouts:
+            m.put("rollout_cpu_s", cpu / cpu_rollouts, f"cpu_time {cpu:.0f} s of shard jobs / {cpu_rollouts} rollouts")
 
-    # SFT
-    stats = _json(results / "sft" / "stats.json")
-    if stats and stats.get("rollouts"):
-        m.put("kept_per_rollout", stats["kept"] / stats["rollouts"], f"{stats['kept']} kept of {stats['rollouts']} "
-              f"rollouts (filter.max_tokens {cfg.filter.max_tokens})")
-        kept_tokens = stats.get("tokens", {}).get("kept") or {}
-        if kept_tokens.get("mean"):
-            m.put("kept_tokens_mean", kept_tokens["mean"], f"mean student tokens of {stats['kept']} kept examples "
-                  f"(student {cfg.train.student})")
-            m.put("kept_tokens_max", kept_tokens.get("max"), f"the longest of {stats['kept']} kept trajectories "
-                  f"(student {cfg.train.student})")
-        request = (stats.get("units") or {}).get("request") or {}
-        if stats["kept"] and request.get("examples"):
-            m.put("request_tokens_per_kept", request["tokens"] / stats["kept"], f"{request['tokens']:,} tokens of "
-                  f"{request['examples']} request examples from {stats['kept']} kept trajectories")
-            m.put("replies_per_kept", request["replies"] / stats["kept"], f"{request['replies']} teacher replies in "
-                  f"{stats['kept']} kept trajectories")
+    def sft_and_training(self) -> None:
+        m, cfg = self.m, self.cfg
+        stats = _json(self.results / "sft" / "stats.json")
+        if stats and stats.get("rollouts"):
+            kept = stats["kept"]
+            m.put("kept_per_rollout", kept / stats["rollouts"], f"{kept} kept of {stats['rollouts']} "
+                  f"rollouts (filter.max_tokens {cfg.filter.max_tokens})")
+            kept_tokens = stats.get("tokens", {}).get("kept") or {}
+            if kept_tokens.get("mean"):
+                m.put("kept_tokens_mean", kept_tokens["mean"], f"mean student tokens of {kept} kept examples "
+                      f"(student {cfg.train.student})")
+                m.put("kept_tokens_max", kept_tokens.get("max"), f"the longest of {kept} kept trajectories "
+                      f"(student {cfg.train.student})")
+            request = (stats.get("units") or {}).get("request") or {}
+            if kept and request.get("examples"):
+                m.put("request_tokens_per_kept", request["tokens"] / kept, f"{request['tokens']:,} tokens of "
+                      f"{request['examples']} request examples from {kept} kept trajectories")
+                m.put("replies_per_kept", request["replies"] / kept, f"{request['replies']} teacher replies in "
+                      f"{kept} kept trajectories")
+        report = _json(self.results / "checkpoints" / cfg.train.name / "train_report.json")
+        if report and report.get("tokens_per_s") and str(report.get("device", "")).startswith("cuda"):
+            world = max(1, int(report.get("world_size") or 1))
+            m.put("train_tokens_per_s_per_gpu", report["tokens_per_s"] / world,
+                  f"{report['tokens_per_s']:.0f} tokens/s on {world} GPU(s), student {report.get('student')}")
+            m.notes["_train_student"] = str(report.get("student"))
 
-    # training
-    report = _json(results / "checkpoints" / cfg.train.name / "train_report.json")
-    if report and report.get("tokens_per_s") and str(report.get("device", "")).startswith("cuda"):
-        world = max(1, int(report.get("world_size") or 1))
-        m.put("train_tokens_per_s_per_gpu", report["tokens_per_s"] / world,
-              f"{report['tokens_per_s']:.0f} tokens/s on {world} GPU(s), student {report.get('student')}")
-        m.notes["_train_student"] = str(report.get("student"))
+    def evaluation(self) -> None:
+        m, results = self.m, self.results
+        runs = steps = replies = 0
+        cpu, cpu_runs = 0.0, 0
+        for path in sorted((results / "scores" / "runs").glob("*/*.json")):
+            rec = _json(path)
+            if not rec or "runs" not in rec:
+                continue
+            for run in rec["runs"]:
+                runs += 1
+                steps += run.get("steps", 0)
+                replies += run.get("replies", 0)
+            c = _bench_cpu(results / "benchmarks" / "scores" / path.parent.name / f"{path.stem}.tsv")
+            if c is not None and rec["runs"]:
+                cpu += c
+                cpu_runs += len(rec["runs"])
+        if runs and steps:
+            m.put("eval_steps_per_run", steps / runs, f"{steps} steps / {runs} runs")
+            m.put("eval_calls_per_step", replies / steps, f"{replies} replies / {steps} steps")
+            spent = self.ledger.get("evaluate")
+            if spent and spent.calls:
+                visible = spent.completion - spent.reasoning
+                m.put("eval_prompt_per_call", spent.prompt / spent.calls,
+                      f"{spent.prompt:,} / {spent.calls} calls (llm/calls.jsonl)")
+                m.put("eval_completion_per_call", visible / spent.calls,
+                      f"{visible:,} visible / {spent.calls} calls (llm/calls.jsonl)")
+        if cpu_runs:
+            m.put("eval_cpu_s_per_run", cpu / cpu_runs, f"cpu_time {cpu:.0f} s / {cpu_runs} runs")
 
-    # evaluation
-    runs = steps = replies = 0
-    wall = 0.0
-    cpu, cpu_runs = 0.0, 0
-    for path in sorted((results / "scores" / "runs").glob("*/*.json")):
-        rec = _json(path)
-        if not rec or "runs" not in rec:
-            continue
-        for run in rec["runs"]:
-            runs += 1
-            steps += run.get("steps", 0)
-            replies += run.get("replies", 0)
-            wall += run.get("wall_s", 0.0)
-        c = _bench_cpu(results / "benchmarks" / "scores" / path.parent.name / f"{path.stem}.tsv")
-        if c is not None and rec["runs"]:
-            cpu += c
-            cpu_runs += len(rec["runs"])
-    if runs and steps:
-        m.put("eval_steps_per_run", steps / runs, f"{steps} steps / {runs} runs")
-        m.put("eval_calls_per_step", replies / steps, f"{replies} replies / {steps} steps")
-        sent = ledger.get("evaluate")
-        if sent and sent[0]:
-            m.put("eval_prompt_per_call", sent[1] / sent[0], f"{sent[1]:,} / {sent[0]} calls (llm/calls.jsonl)")
-            m.put("eval_completion_per_call", sent[2] / sent[0], f"{sent[2]:,} / {sent[0]} calls")
-    if cpu_runs:
-        m.put("eval_cpu_s_per_run", cpu / cpu_runs, f"cpu_time {cpu:.0f} s / {cpu_runs} runs")
-    return m
+
+def measure(results: Path, *, shard_sample: int = 64) -> Measured:
+    """Per-item averages and yields of the finished (or partly finished) pilot run in `results`. Completion
+    tokens are the visible ones: a reasoning teacher's hidden tokens (the ledger's `reasoning_tokens`, within its
+    completion tokens) become `reasoning_per_completion`."""
+    results = Path(results)
+    raw = _json(results / "config.json")
+    if not raw:
+        return Measured(results)
+    pilot = _Pilot(results, GymforgeConfig.model_validate(raw), shard_sample)
+    pilot.reasoning()
+    pilot.topics()
+    pilot.slots()
+    pilot.shards()
+    pilot.sft_and_training()
+    pilot.evaluation()
+    return pilot.m
 
 
 # ---- the projection -------------------------------------------------------------------------------------
@@ -392,36 +417,55 @@ class StageEstimate:
     unit: str
     calls: float = 0.0
     prompt_tokens: float = 0.0
-    completion_tokens: float = 0.0
+    completion_tokens: float = 0.0  # visible
+    reasoning_tokens: float = 0.0  # hidden, billed as output
     cost_usd: float = 0.0
     gpu_hours: float = 0.0
     cpu_hours: float = 0.0
     note: str = ""
 
     def price(self, price: Price) -> None:
-        self.cost_usd += price.cost(self.prompt_tokens, self.completion_tokens)
+        self.cost_usd += price.cost(self.prompt_tokens, self.completion_tokens + self.reasoning_tokens)
 
 
 class Constants:
-    """The value each constant takes: measured where the run has it, else the default."""
+    """The value each constant takes: the option's where one is given, else measured where the pilot has it, else
+    the default; `used` records each with its source."""
 
-    def __init__(self, measured: Measured | None, train_student: str) -> None:
+    def __init__(self, measured: Measured | None, train_student: str,
+                 options: dict[str, tuple[float, str]] | None = None) -> None:
         self.used: dict[str, dict[str, Any]] = {}
         self.measured = measured
         self.train_student = train_student
+        self.options = options or {}
 
     def __call__(self, key: str) -> float:
         m = self.measured
         usable = m is not None and key in m.values
         if usable and key == "train_tokens_per_s_per_gpu" and m.notes.get("_train_student") != self.train_student:
             usable = False  # another student's throughput says nothing about this one
-        if usable:
-            value, source, note = m.values[key], "measured", m.notes[key]
+        if key in self.options:
+            value, note = self.options[key]
+            source = "option"
+        elif usable:
+            value, source, note = m.values[key], "pilot", m.notes[key]
         else:
             d = DEFAULTS[key]
             value, source, note = d.value, d.source, d.note
         self.used[key] = {"value": value, "source": source, "note": note}
         return value
+
+    def source_summary(self) -> dict[str, Any]:
+        """Which sources the used constants came from: the leading one (a pilot when it gave any, else MLGym's
+        runs) and a count per source, by name."""
+        results = self.measured.results if self.measured is not None else None
+        counts: dict[str, int] = {}
+        for u in self.used.values():
+            name = SOURCE_NAMES[u["source"]].format(results=results)
+            counts[name] = counts.get(name, 0) + 1
+        pilot = SOURCE_NAMES["pilot"].format(results=results)
+        primary = pilot if pilot in counts else SOURCE_NAMES["mlgym"]
+        return {"primary": primary, "counts": counts}
 
 
 def _eval_tasks(cfg: GymforgeConfig) -> tuple[int, str]:
@@ -438,14 +482,24 @@ def _eval_tasks(cfg: GymforgeConfig) -> tuple[int, str]:
         return MLGYM_TASKS, f"MLGym's {MLGYM_TASKS} tasks (checkout {root} not found or incomplete)"
 
 
-def estimate(cfg: GymforgeConfig, measured: Measured | None = None) -> dict[str, Any]:
-    """The projected plan of `cfg`, as a JSON-able dict (see `render`)."""
-    c = Constants(measured, cfg.train.student)
-    teacher = cfg.llm.teacher
-    tr = cfg.trajectories
-    n = cfg.topics.n
-    stages: list[StageEstimate] = []
+def _reasoning(cfg: GymforgeConfig, c: Constants, option: float | None) -> dict[str, Any]:
+    """Hidden reasoning tokens per visible completion token of the teacher: the option, the pilot's, MLGym's for a
+    reasoning teacher, else none."""
+    why = reasoning_teacher(cfg.llm.teacher, cfg.trajectories.model)
+    key = "reasoning_per_completion"
+    measured = c.measured is not None and key in c.measured.values
+    if option is None and not measured and why is None:
+        c.options[key] = (0.0, f"{cfg.llm.teacher.model} is not a reasoning model (by llm.teacher's token_param, "
+                          "reasoning_effort and the model name): no hidden tokens priced; --reasoning-ratio sets it")
+    elif option is not None:
+        c.options[key] = (option, "--reasoning-ratio")
+    ratio = c(key)
+    return {"ratio": ratio, "source": c.used[key]["source"], "reasoning_teacher": why}
 
+
+def _generation_stages(cfg: GymforgeConfig, c: Constants) -> tuple[list[StageEstimate], dict[str, float]]:
+    """Topics and the per-slot stages (proposals, configs, code, verification), and the plan's counts."""
+    n = cfg.topics.n
     # topics: batch b lists every topic kept before it in its prompt
     batches = plan.n_batches(cfg)
     kept_topics = n * c("topics_kept_per_slot")
@@ -457,14 +511,13 @@ def estimate(cfg: GymforgeConfig, measured: Measured | None = None) -> dict[str,
     st.prompt_tokens = calls_per_batch * (batches * c("topics_prompt_base") + seen_total * c("topics_prompt_per_seen"))
     st.completion_tokens = st.calls * cfg.topics.batch_size * c("topics_completion_per_topic")
     st.note = f"{n:,} slots -> {kept_topics:,.0f} kept topics"
-    stages.append(st)
+    stages = [st]
 
     # per-slot stages: items reaching each stage
     reach = {"proposals": kept_topics, "configs": n * c("proposals_ok_per_slot"),
              "code": n * c("configs_ok_per_slot"), "verification": n * c("code_ok_per_slot")}
     out_of = {"proposals": n * c("proposals_ok_per_slot"), "configs": n * c("configs_ok_per_slot"),
               "code": n * c("code_ok_per_slot"), "verification": n * c("verified_per_slot")}
-    verified = out_of["verification"]
     for name, items in reach.items():
         st = StageEstimate(name, items, "tasks" if name != "proposals" else "topics")
         st.calls = items * c(f"{name}_calls_per_item")
@@ -474,8 +527,12 @@ def estimate(cfg: GymforgeConfig, measured: Measured | None = None) -> dict[str,
             st.cpu_hours = items * c(f"{name}_cpu_s_per_item") / 3600
         st.note = f"-> {out_of[name]:,.0f} ok" + (" (verified tasks)" if name == "verification" else "")
         stages.append(st)
+    return stages, {"topic_batches": batches, "kept_topics": kept_topics, "verified_tasks": out_of["verification"]}
 
-    # trajectories: shards of concurrent rollouts, each shard job holding trajectories.gpus GPUs
+
+def _trajectories_stage(cfg: GymforgeConfig, c: Constants, verified: float) -> StageEstimate:
+    """Shards of concurrent rollouts, each shard job holding trajectories.gpus GPUs."""
+    tr = cfg.trajectories
     shards_per_task = plan.shard_count(cfg)
     rollouts = verified * tr.per_task
     shards = verified * shards_per_task
@@ -494,9 +551,11 @@ def estimate(cfg: GymforgeConfig, measured: Measured | None = None) -> dict[str,
     st.note = (f"{verified:,.0f} tasks x {tr.per_task} = {rollouts:,.0f} rollouts of ~{steps:.1f} steps, "
                f"{shards:,.0f} shards of {min(tr.shard_size, tr.per_task)} ({tr.concurrency} at once, "
                f"{tr.gpus} GPU each, ~{shard_wall_s / 3600:.2f} h each)")
-    stages.append(st)
+    return st
 
-    # SFT
+
+def _sft_and_training(cfg: GymforgeConfig, c: Constants, rollouts: float) -> tuple[list[StageEstimate], dict]:
+    """The kept trajectories, their SFT examples, and training's GPU-hours."""
     kept = rollouts * c("kept_per_rollout")
     max_length = cfg.train.max_length
     unit = resolve_unit(cfg.sft.example_unit, max_length, int(c("kept_tokens_max")))
@@ -507,13 +566,11 @@ def estimate(cfg: GymforgeConfig, measured: Measured | None = None) -> dict[str,
         examples_per_kept, tokens_per_kept = 1.0, min(c("kept_tokens_mean"), max_length)
     examples = kept * examples_per_kept
     tokens_per_example = tokens_per_kept / examples_per_kept
-    st = StageEstimate("sft", kept, "kept")
-    st.note = (f"{kept:,.0f} kept trajectories ({c('kept_per_rollout'):.3f} per rollout) -> {examples:,.0f} "
-               f"{unit} examples (sft.example_unit {cfg.sft.example_unit}) of ~{tokens_per_example:,.0f} tokens "
-               f"(at most train.max_length {max_length})")
-    stages.append(st)
+    sft = StageEstimate("sft", kept, "kept")
+    sft.note = (f"{kept:,.0f} kept trajectories ({c('kept_per_rollout'):.3f} per rollout) -> {examples:,.0f} "
+                f"{unit} examples (sft.example_unit {cfg.sft.example_unit}) of ~{tokens_per_example:,.0f} tokens "
+                f"(at most train.max_length {max_length})")
 
-    # training
     train = cfg.train
     train_tokens = examples * tokens_per_example * train.epochs
     st = StageEstimate("training", 1, "checkpoint")
@@ -535,11 +592,15 @@ def estimate(cfg: GymforgeConfig, measured: Measured | None = None) -> dict[str,
         st.note = f"{train.student}: {train_tokens / 1e6:,.1f}M tokens; GPU-hours unknown (parameter count not in the name)"
     else:
         st.note = f"{train.student}: {train_tokens / 1e6:,.1f}M tokens on CPU (train.gpus = 0: no GPU-hours)"
-    stages.append(st)
+    return [sft, st], {"kept_trajectories": kept, "sft_examples": examples, "train_tokens": train_tokens,
+                       "params": params}
 
-    # on-policy RL (target rl): iterations x tasks_per_iteration x group_size episodes served by the policy
-    # itself (no API cost); the update reads every request of every episode three times (sampling policy and
-    # reference log-probs, then the trained forward/backward, 6 FLOPs per parameter and token per epoch)
+
+def _rl_stage(cfg: GymforgeConfig, c: Constants, verified: float, params: float | None
+              ) -> tuple[StageEstimate, dict[str, Any] | None, list[str]]:
+    """On-policy RL (target rl): iterations x tasks_per_iteration x group_size episodes served by the policy itself
+    (no API cost); the update reads every request of every episode three times (sampling policy and reference
+    log-probs, then the trained forward/backward, 6 FLOPs per parameter and token per epoch)."""
     rl = cfg.rl
     per_iteration = min(rl.tasks_per_iteration, max(verified, 1)) * rl.group_size
     episodes = rl.iterations * per_iteration
@@ -564,7 +625,6 @@ def estimate(cfg: GymforgeConfig, measured: Measured | None = None) -> dict[str,
         st.note = (f"{rl.iterations} iterations x {per_iteration} episodes = {episodes:,.0f} episodes; "
                    + ("CPU (rl.gpus = 0: no GPU-hours)" if not rl.gpus else
                       "GPU-hours unknown (parameter count not in the student's name)"))
-    stages.append(st)
     # the update's memory per GPU (gymforge.rl.memory; train_rl refuses to start a plan that cannot fit)
     warnings: list[str] = []
     rl_memory = None
@@ -577,9 +637,14 @@ def estimate(cfg: GymforgeConfig, measured: Measured | None = None) -> dict[str,
             warnings.append(f"rl: the update of {cfg.train.student} needs ~{memory.total:.0f} GiB per GPU with "
                             f"{memory.note}, more than a {memory.capacity:.0f} GiB GPU: train_rl will refuse to "
                             f"start. {rl_memory['advice']}")
+    return st, rl_memory, warnings
 
-    # evaluation: models x tasks x runs_per_task; served models hold serving.gpus per (model, task) job
+
+def _evaluate_stage(cfg: GymforgeConfig, c: Constants, ratio: float) -> tuple[StageEstimate, list[dict[str, Any]]]:
+    """models x tasks x runs_per_task; served models hold serving.gpus per (model, task) job; the teacher's runs
+    write reasoning tokens as it does elsewhere."""
     ev = cfg.evaluate
+    teacher = cfg.llm.teacher
     n_tasks, tasks_from = _eval_tasks(cfg)
     e_steps = min(c("eval_steps_per_run"), ev.max_steps + 1)
     e_calls = e_steps * c("eval_calls_per_step")
@@ -591,36 +656,62 @@ def estimate(cfg: GymforgeConfig, measured: Measured | None = None) -> dict[str,
         runs = n_tasks * ev.runs_per_task
         calls = runs * e_calls
         prompt, completion = calls * c("eval_prompt_per_call"), calls * c("eval_completion_per_call")
+        reasoning = completion * ratio if spec.source == "teacher" else 0.0
         price = teacher.price if spec.source == "teacher" else spec.price
-        cost = 0.0 if spec.source in SERVED_SOURCES else price.cost(prompt, completion)
+        cost = 0.0 if spec.source in SERVED_SOURCES else price.cost(prompt, completion + reasoning)
         gpu_h = n_tasks * job_wall_s / 3600 * ev.serving.gpus if spec.source in SERVED_SOURCES else 0.0
         st.calls += calls
         st.prompt_tokens += prompt
         st.completion_tokens += completion
+        st.reasoning_tokens += reasoning
         st.cost_usd += cost
         st.gpu_hours += gpu_h
         per_model.append({"model": spec.name, "source": spec.source, "runs": runs, "calls": calls,
-                          "cost_usd": cost, "gpu_hours": gpu_h})
+                          "reasoning_tokens": reasoning, "cost_usd": cost, "gpu_hours": gpu_h})
     st.cpu_hours = st.items * c("eval_cpu_s_per_run") / 3600
     st.note = (f"{len(ev.models)} models x {n_tasks} tasks ({tasks_from}) x {ev.runs_per_task} runs of ~{e_steps:.1f} "
                f"steps; served models hold {ev.serving.gpus} GPU per job (~{job_wall_s / 3600:.2f} h each)")
-    stages.append(st)
+    return st, per_model
 
-    for s in stages:
-        if s.name not in ("evaluate", "rl"):  # served models cost no API money
-            s.price(teacher.price)
-    totals = {k: sum(getattr(s, k) for s in stages)
-              for k in ("calls", "prompt_tokens", "completion_tokens", "cost_usd", "gpu_hours", "cpu_hours")}
+
+def estimate(cfg: GymforgeConfig, measured: Measured | None = None, *,
+             reasoning_ratio: float | None = None) -> dict[str, Any]:
+    """The projected plan of `cfg`, as a JSON-able dict (see `render`). `measured`: a pilot run's constants;
+    `reasoning_ratio`: hidden reasoning tokens per visible completion token of the teacher, instead of the pilot's
+    or the default."""
+    c = Constants(measured, cfg.train.student)
+    teacher = cfg.llm.teacher
+    tr = cfg.trajectories
+    reasoning = _reasoning(cfg, c, reasoning_ratio)
+
+    stages, counts = _generation_stages(cfg, c)
+    verified = counts["verified_tasks"]
+    trajectories = _trajectories_stage(cfg, c, verified)
+    stages.append(trajectories)
+    for s in stages:  # every call so far goes to the teacher
+        s.reasoning_tokens = s.completion_tokens * reasoning["ratio"]
+        s.price(teacher.price)
+    sft_training, trained = _sft_and_training(cfg, c, trajectories.items)
+    stages += sft_training
+    rl, rl_memory, warnings = _rl_stage(cfg, c, verified, trained["params"])
+    ev, per_model = _evaluate_stage(cfg, c, reasoning["ratio"])
+    stages += [rl, ev]  # served models cost no API money; the evaluation priced each API model itself
+
+    totals = {k: sum(getattr(s, k) for s in stages) for k in
+              ("calls", "prompt_tokens", "completion_tokens", "reasoning_tokens", "cost_usd", "gpu_hours", "cpu_hours")}
     return {
         "teacher": {"provider": teacher.provider, "model": tr.model or teacher.model,
                     "price": teacher.price.model_dump()},
-        "student": train.student,
+        "student": cfg.train.student,
         "budget_usd": cfg.llm.budget_usd,
         "measured_from": str(measured.results) if measured and measured.values else None,
-        "plan": {"topic_slots": n, "topic_batches": batches, "kept_topics": kept_topics, "verified_tasks": verified,
-                 "rollouts": rollouts, "shards": shards, "kept_trajectories": kept, "sft_examples": examples,
-                 "train_tokens": train_tokens,
-                 "eval_runs": st.items, "eval_tasks": n_tasks, "rl_episodes": episodes},
+        "constants_source": c.source_summary(),
+        "reasoning": reasoning,
+        "plan": {"topic_slots": cfg.topics.n, "topic_batches": counts["topic_batches"],
+                 "kept_topics": counts["kept_topics"], "verified_tasks": verified, "rollouts": trajectories.items,
+                 "shards": verified * plan.shard_count(cfg), "kept_trajectories": trained["kept_trajectories"],
+                 "sft_examples": trained["sft_examples"], "train_tokens": trained["train_tokens"],
+                 "eval_runs": ev.items, "eval_tasks": _eval_tasks(cfg)[0], "rl_episodes": rl.items},
         "stages": [s.__dict__ for s in stages],
         "evaluate_models": per_model,
         "totals": totals,
@@ -649,26 +740,41 @@ def _fmt(x: float) -> str:
     return f"{x:,.0f}"
 
 
+def _source_line(report: dict[str, Any]) -> str:
+    src = report["constants_source"]
+    rest = ", ".join(f"{name} {n}" for name, n in src["counts"].items())
+    return f"constants from {src['primary']} (constants per source: {rest})"
+
+
+def _reasoning_line(report: dict[str, Any]) -> str:
+    r = report["reasoning"]
+    if not r["ratio"]:
+        return f"reasoning tokens: none priced ({r['source']})"
+    why = f"; a reasoning teacher by {r['reasoning_teacher']}" if r["reasoning_teacher"] else ""
+    return (f"reasoning tokens: {r['ratio']:.2f} hidden per visible completion token of the teacher, billed as output "
+            f"({r['source']}{why})")
+
+
 def render(report: dict[str, Any], title: str = "") -> str:
     t = report["teacher"]
     p = t["price"]
     lines = [f"gymforge estimate{': ' + title if title else ''}",
              f"teacher {t['model']} ({t['provider']}) at ${p['input_per_mtok']:g} / ${p['output_per_mtok']:g} per M "
              f"input / output tokens; student {report['student']}",
-             "per-item averages: " + (f"measured from {report['measured_from']} where it has them, defaults otherwise"
-                                      if report["measured_from"] else "default constants (no finished run to measure)"),
-             ""]
+             _source_line(report), _reasoning_line(report), ""]
     head = (f"{'stage':<13} {'items':>9} {'unit':<10} {'LLM calls':>10} {'prompt tok':>11} {'compl tok':>10} "
-            f"{'cost $':>11} {'GPU-h':>9} {'CPU-h':>8}")
+            f"{'reason tok':>10} {'cost $':>11} {'GPU-h':>9} {'CPU-h':>8}")
     lines += [head, "-" * len(head)]
     for s in report["stages"]:
         lines.append(f"{s['name']:<13} {_fmt(s['items']):>9} {s['unit']:<10} {_fmt(s['calls']):>10} "
-                     f"{_fmt(s['prompt_tokens']):>11} {_fmt(s['completion_tokens']):>10} {s['cost_usd']:>11,.2f} "
+                     f"{_fmt(s['prompt_tokens']):>11} {_fmt(s['completion_tokens']):>10} "
+                     f"{_fmt(s['reasoning_tokens']):>10} {s['cost_usd']:>11,.2f} "
                      f"{s['gpu_hours']:>9,.1f} {s['cpu_hours']:>8,.1f}")
     tot = report["totals"]
     lines.append("-" * len(head))
     lines.append(f"{'total':<13} {'':>9} {'':<10} {_fmt(tot['calls']):>10} {_fmt(tot['prompt_tokens']):>11} "
-                 f"{_fmt(tot['completion_tokens']):>10} {tot['cost_usd']:>11,.2f} {tot['gpu_hours']:>9,.1f} "
+                 f"{_fmt(tot['completion_tokens']):>10} {_fmt(tot['reasoning_tokens']):>10} {tot['cost_usd']:>11,.2f} "
+                 f"{tot['gpu_hours']:>9,.1f} "
                  f"{tot['cpu_hours']:>8,.1f}")
     lines.append("")
     for s in report["stages"]:
@@ -689,7 +795,8 @@ def render(report: dict[str, Any], title: str = "") -> str:
     for warning in report.get("warnings", []):
         lines.append(f"  WARNING: {warning}")
     lines.append("")
-    lines.append("constants (measured: from the results dir; offline: measured offline run; paper; assumption):")
+    lines.append("constants (pilot: measured in the pilot run; mlgym: MLGym's released runs; offline: the offline run "
+                 "of config.yaml; paper; datasheet; assumption; option: given on the command line):")
     for key, u in report["constants"].items():
         value = u["value"]
         shown = "n/a" if not math.isfinite(value) else f"{value:,.4g}" if abs(value) < 1000 else f"{value:,.0f}"
@@ -698,7 +805,7 @@ def render(report: dict[str, Any], title: str = "") -> str:
 
 
 def main(args: Any) -> None:
-    """`gymforge estimate [--configfile F...] [--results R] [--defaults] [--json]`."""
+    """`gymforge estimate [--configfile F...] [--results R] [--defaults] [--reasoning-ratio X] [--json]`."""
     cfg = load_configs(args.configfile)
     results = Path(args.results) if args.results else cfg.results
     measured = None
@@ -706,7 +813,10 @@ def main(args: Any) -> None:
         measured = measure(results)
     elif args.results and not args.defaults:
         print(f"gymforge estimate: {results} holds no finished run; using the default constants", file=sys.stderr)
-    report = estimate(cfg, measured)
+    ratio = getattr(args, "reasoning_ratio", None)
+    if ratio is not None and (not math.isfinite(ratio) or ratio < 0):
+        raise SystemExit(f"gymforge estimate: --reasoning-ratio {ratio}: a number of tokens, at least 0")
+    report = estimate(cfg, measured, reasoning_ratio=ratio)
     title = (" + ".join(args.configfile) if args.configfile else
              "config.yaml" if Path("config.yaml").is_file() else "the built-in defaults (no config.yaml here)")
     print(json.dumps(report, indent=2) if args.json else render(report, title))
