@@ -46,7 +46,7 @@ rule eval_runs:
     params:
         # covered: llm.teacher is tracked by the `teacher` param below
         digest=CFG.digest("seed", "sandbox", "agent", "evaluate", "post_training", covered=("teacher",)),
-        spec=lambda w: model_spec(CFG, w.model).model_dump_json(),
+        spec=lambda w: model_spec(CFG, w.model).identity_json(),
         # a teacher's runs rerun when llm.teacher changes (model, endpoint, sampling); the others' do not
         teacher=lambda w: teacher_identity(CFG, model_spec(CFG, w.model)),
         runs=" ".join(map(str, run_ids(CFG))),

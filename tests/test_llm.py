@@ -218,11 +218,12 @@ def test_retry_after_formats() -> None:
 def test_make_client_wires_config(tmp_path: Path, loopback: LoopbackServer, monkeypatch: pytest.MonkeyPatch) -> None:
     # Stand-in for the embedded offline teacher: the client must ask it for its URL.
     fake = types.ModuleType("gymforge.offline.server")
-    fake.ensure_server = lambda: loopback.url  # type: ignore[attr-defined]
+    asked: list[str] = []
+    fake.ensure_server = lambda endpoint: asked.append(endpoint) or loopback.url  # type: ignore[attr-defined]
     monkeypatch.setitem(sys.modules, "gymforge.offline.server", fake)
     cfg = GymforgeConfig(results_dir=str(tmp_path / "results"), cache_dir=str(tmp_path / "cache"), llm={"budget_usd": 3.0})
     with make_client(cfg, "topics") as llm:
-        assert llm.base_url == loopback.url and llm.budget_usd == 3.0
+        assert llm.base_url == loopback.url and llm.budget_usd == 3.0 and asked == ["chat"]
         llm.chat(HI)
     assert loopback.requests[0]["headers"]["authorization"] == "Bearer offline"
     assert len(list((tmp_path / "cache" / "llm").rglob("*.json"))) == 1

@@ -155,7 +155,7 @@ def _run_tool(args: argparse.Namespace) -> None:
 
 
 def _cmd_teacher_server(args) -> None:
-    plugins.load("offline-teacher-server")(host=args.host, port=args.port)
+    plugins.load("offline-teacher-server")(host=args.host, port=args.port, endpoint=args.endpoint)
 
 
 def _cmd_hub(args) -> None:
@@ -275,6 +275,8 @@ def build_parser() -> argparse.ArgumentParser:
     p = command("teacher-server", _cmd_teacher_server, "serve the offline teacher as an OpenAI-compatible endpoint", config=False)
     p.add_argument("--host", default="127.0.0.1")
     p.add_argument("--port", type=int, default=8000)
+    p.add_argument("--endpoint", choices=["chat", "reasoning"], default="chat",
+                   help="`reasoning`: behave as an OpenAI reasoning model (llm.teacher.offline_endpoint)")
 
     p = command("hub", _cmd_hub, "search or describe datasets on the configured hub")
     p.add_argument("action", choices=["search", "describe"])

@@ -28,6 +28,7 @@ from gymforge.agent.tools import FILE_COMMANDS, FileTools, Workspace, blocked, i
 from gymforge.agent.trajectory import KEEP_OBSERVATIONS, build_messages, write_results, write_trajectory
 from gymforge.core.prompts import render
 from gymforge.core.records import Exit, ExitStatus, Flag, Trajectory, TrajectoryStep
+from gymforge.core.tokens import Sampled, encode_records
 from gymforge.llm.client import BudgetExceeded, ChatResult, LLMClient
 from gymforge.sandbox import ExecResult, Mount
 
@@ -117,6 +118,7 @@ class _Reply:
     completion_tokens: int = 0
     cost_usd: float = 0.0
     query_time: float = 0.0
+    sampled: list[Sampled | None] = field(default_factory=list)  # each reply's tokens, rejected ones first
 
 
 def timed_out_note(timeout: float) -> str:
@@ -155,6 +157,7 @@ class Agent:
         self.traj.info.confinement = getattr(session, "confinement", None)
         self.step = 0
         self._last_prompt_tokens = 0
+        self._last_ids: list[int] = []  # the last recorded reply's prompt + completion ids (compact token records)
         self._trained = False  # training finished since the last scored evaluation
         self.audit: Auditor | None
         try:
@@ -243,6 +246,7 @@ class Agent:
             result = await self.llm.achat(convo, seed=self.seed)
             reply.query_time += time.perf_counter() - t0
             self._account(result, reply, primary=convo is messages)
+            reply.sampled.append(result.tokens)
             reply.response = result.content or ""
             try:
                 reply.thought, reply.action = parse_reply(result.content)
@@ -405,12 +409,18 @@ class Agent:
         *, step: int | None = None, exit_code: int | None = None, timed_out: bool = False, limit: str | None = None,
         flags: list[Flag] | None = None,
     ) -> None:
+        tokens = None
+        if any(s is not None for s in reply.sampled):  # a served model's replies: their tokens, compactly
+            tokens = encode_records(reply.sampled, self._last_ids)
+        if reply.sampled:
+            last = reply.sampled[-1] if tokens is not None else None
+            self._last_ids = [*last.prompt_ids, *last.ids] if last is not None else []
         self.traj.trajectory.append(TrajectoryStep(
             action=reply.action or "", observation=observation, response=reply.response, state=state,
             thought=reply.thought, execution_time=seconds, step=step or self.step, query_time=reply.query_time,
             prompt_tokens=reply.prompt_tokens, completion_tokens=reply.completion_tokens, cost_usd=reply.cost_usd,
             exit_code=exit_code, timed_out=timed_out, limit=limit, flags=[f.model_copy() for f in flags or []],
-            format_errors=reply.rejected,
+            format_errors=reply.rejected, tokens=tokens,
         ))
 
     def _save(self, final: bool = False) -> None:

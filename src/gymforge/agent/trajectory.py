@@ -16,6 +16,7 @@ from typing import Any, Iterable
 from gymforge.core import atomic
 from gymforge.core.prompts import render
 from gymforge.core.records import Trajectory
+from gymforge.core.tokens import Sampled, TokenRecord, decode_records
 
 KEEP_OBSERVATIONS = 5  # observations kept in full in the prompt (`AgentConfig.keep_observations`' default)
 
@@ -85,6 +86,21 @@ def requests_of(traj: Trajectory, keep: int = KEEP_OBSERVATIONS) -> list[list[di
             convos.pop()  # the re-ask after the last rejection was never sent: the run ended instead
         requests.extend(convos)
     return requests
+
+
+def reply_tokens(traj: Trajectory) -> list[Sampled | None]:
+    """The sampled tokens of every reply of a trajectory, in `requests_of`'s order (each step's rejected replies, then
+    its accepted one): a served model's prompt ids (the exact request after the loop's elisions), reply ids and
+    log-probs, or None for a reply recorded without them (a teacher, an external API, a trajectory from before they
+    were kept)."""
+    records: list[TokenRecord | None] = []
+    for step in traj.trajectory:
+        model_turn = not (step.action.startswith("exit_") and step.thought.startswith("Exit due to"))
+        count = len(step.format_errors) + model_turn
+        if step.tokens is not None and len(step.tokens) != count:
+            raise ValueError(f"step {step.step}: {len(step.tokens)} token records for {count} replies")
+        records.extend(step.tokens if step.tokens is not None else [None] * count)
+    return decode_records(records)
 
 
 def reply_chats(traj: Trajectory, keep: int = KEEP_OBSERVATIONS) -> list[list[dict[str, str]]]:

@@ -127,14 +127,17 @@ def run_folder(model: str, task: str, run: int) -> str:
 
 def teacher_identity(cfg: GymforgeConfig, spec: ModelSpec) -> str:
     """What a model's answers depend on in `llm.teacher`, beyond its spec: for a `teacher` model the endpoint
-    (provider, model, URL, sampling); an `endpoint` model borrows its reply length (`max_tokens`). Empty for the
+    (provider, model, URL, sampling, request options); an `endpoint` model borrows its reply length (`max_tokens`). Empty for the
     other sources, whose identity is their spec and checkpoint. Part of the `eval_runs` rule's params and of the
     runs' resume fingerprint."""
     if spec.source == "endpoint":
         return json.dumps({"max_tokens": cfg.llm.teacher.max_tokens})
     if spec.source != "teacher":
         return ""
-    return cfg.llm.teacher.model_dump_json(include={"provider", "base_url", "model", "temperature", "max_tokens"})
+    teacher = cfg.llm.teacher
+    text = teacher.model_dump_json(include={"provider", "base_url", "model", "temperature", "max_tokens"})
+    # reasoning effort, omitted sampling fields, extra request fields: only where set (older runs keep their identity)
+    return text + (json.dumps(extra, sort_keys=True) if (extra := teacher.request_identity()) else "")
 
 
 def model_spec(cfg: GymforgeConfig, name: str) -> ModelSpec:

@@ -21,6 +21,7 @@ class UsageRecord(BaseModel):
     prompt_tokens: int = 0
     completion_tokens: int = 0
     cost_usd: float = 0.0
+    reasoning_tokens: int = Field(0, description="Reasoning models' hidden tokens, counted within completion_tokens.")
 
     def add(self, other: BaseModel) -> None:
         """Accumulate another usage record (or `gymforge.llm.client.Usage`) into this one."""

@@ -8,7 +8,14 @@ no attempt is sent whose worst case could push the run past `llm.budget_usd`.
 Transient, retried up to `max_retries` times with full-jitter backoff that honours Retry-After: transport
 errors and timeouts, HTTP 408/409/429/5xx, and 200 responses whose body is not a usable completion (not
 JSON, no `choices`). Anything else (400, 401, 404, context length) fails at once; every error carries a
-note naming the endpoint and model.
+note naming the endpoint and model. Connecting gives up after `connect_timeout_s`, so an unreachable endpoint
+costs at most (1 + `max_retries`) x that plus the backoff, not x `timeout_s`.
+
+Requests are phrased as the endpoint's settings say (`gymforge.core.config.RequestOptions`): the reply's limit
+goes in `max_tokens` or, for reasoning models, `max_completion_tokens`; fields the endpoint rejects are left out;
+`reasoning_effort` and `extra_body` are added. A reasoning model's hidden tokens
+(`usage.completion_tokens_details.reasoning_tokens`) are billed as output tokens, as OpenAI bills them, and are
+recorded on their own as well (`reasoning_tokens` in the ledger, `Usage` and `ChatResult`).
 """
 
 from __future__ import annotations
@@ -38,6 +45,7 @@ from openai import (
     AsyncOpenAI,
     OpenAI,
     OpenAIError,
+    Timeout,
 )
 from openai.types.chat import ChatCompletion
 from pydantic import BaseModel, Field, ValidationError
@@ -72,10 +80,11 @@ class ChatResult(BaseModel):
     tool_calls: list[ToolCall] = Field(default_factory=list)
     finish_reason: str | None
     prompt_tokens: int
-    completion_tokens: int
+    completion_tokens: int  # reasoning tokens included, as OpenAI counts (and bills) them
     cost_usd: float
     cached: bool = False
     model: str
+    reasoning_tokens: int = 0  # the hidden part of completion_tokens (reasoning models)
 
     def assistant_message(self) -> dict[str, Any]:
         msg: dict[str, Any] = {"role": "assistant", "content": self.content}
@@ -93,6 +102,7 @@ class Usage(BaseModel):
     prompt_tokens: int = 0
     completion_tokens: int = 0
     cost_usd: float = 0.0
+    reasoning_tokens: int = 0  # within completion_tokens
 
     def add(self, result: ChatResult) -> None:
         if result.cached:
@@ -101,6 +111,7 @@ class Usage(BaseModel):
         self.calls += 1
         self.prompt_tokens += result.prompt_tokens
         self.completion_tokens += result.completion_tokens
+        self.reasoning_tokens += result.reasoning_tokens
         self.cost_usd += result.cost_usd
 
     def __add__(self, other: Usage) -> Usage:
@@ -197,8 +208,9 @@ class _Call:
     """One logical request: its cache key and parameters, and the attempts made for it."""
 
     key: str
-    params: dict[str, Any]
+    params: dict[str, Any]  # without the reply's token limit, which each attempt adds (`_admit`)
     prompt_text: str
+    max_tokens: int  # the configured limit of the reply
     id: str = field(default_factory=lambda: uuid.uuid4().hex)
     attempts: int = 0
     truncated_by_budget: bool = False
@@ -355,7 +367,7 @@ class LLMClient:
                     "wait": wait, "stop": stop, "before_sleep": before_sleep, "reraise": True}
 
     def _admit(self, call: _Call) -> _Attempt:
-        configured = call.params["max_tokens"]
+        configured = call.max_tokens
         admission = self.ledger.admit(
             stage=self.stage, prompt_chars=len(call.prompt_text), max_tokens=configured,
             price=self.endpoint.price, budget_usd=self.budget_usd,
@@ -373,10 +385,12 @@ class LLMClient:
         if admission.max_tokens < configured:
             log.info("%s: max_tokens lowered to %d so that the requests in flight cannot exceed the budget",
                      self.stage, admission.max_tokens)
-        return _Attempt(admission, call.attempts, {**call.params, "max_tokens": admission.max_tokens})
+        # The limit travels in the field the endpoint expects (reasoning models: max_completion_tokens).
+        return _Attempt(admission, call.attempts, {**call.params, self.endpoint.token_param: admission.max_tokens})
 
     def _book(self, call: _Call, attempt: _Attempt, *, ok: bool, prompt_tokens: int = 0, completion_tokens: int = 0,
-              basis: str, err: BaseException | None = None, http_status: int | None = None) -> float:
+              reasoning_tokens: int = 0, basis: str, err: BaseException | None = None,
+              http_status: int | None = None) -> float:
         # basis: usage (reported), estimate (usage missing), upper_bound (unknown), none (nothing generated)
         cost = {"upper_bound": attempt.admission.bound_usd, "none": 0.0}.get(
             basis, self.endpoint.price.cost(prompt_tokens, completion_tokens))
@@ -385,13 +399,14 @@ class LLMClient:
             "model": self.endpoint.model, "endpoint": _public_url(self.base_url), "ok": ok,
             "error": None if err is None else type(err).__name__, "detail": None if err is None else _brief(err),
             "http_status": http_status, "transient": None if err is None else is_transient(err),
-            "prompt_tokens": prompt_tokens, "completion_tokens": completion_tokens, "cost_usd": cost,
-            "cost_basis": basis,
+            "prompt_tokens": prompt_tokens, "completion_tokens": completion_tokens,
+            "reasoning_tokens": reasoning_tokens, "cost_usd": cost, "cost_basis": basis,
         }, prompt_chars=len(call.prompt_text))
         with self._lock:
             self.usage.calls += 1
             self.usage.prompt_tokens += prompt_tokens
             self.usage.completion_tokens += completion_tokens
+            self.usage.reasoning_tokens += reasoning_tokens
             self.usage.cost_usd += cost
         return cost
 
@@ -419,9 +434,10 @@ class LLMClient:
         except (ValueError, ValidationError) as exc:
             err = MalformedResponse(http, http.text[:500], message=f"unusable HTTP {http.status_code} body: {_brief(exc)}")
             if usage is not None:
+                completion_tokens, reasoning_tokens = _output_tokens(usage)
                 self._book(call, attempt, ok=False, prompt_tokens=usage.prompt_tokens,
-                           completion_tokens=usage.completion_tokens, basis="usage", err=err,
-                           http_status=http.status_code)
+                           completion_tokens=completion_tokens, reasoning_tokens=reasoning_tokens, basis="usage",
+                           err=err, http_status=http.status_code)
             else:
                 self._book(call, attempt, ok=False, basis="upper_bound", err=err, http_status=http.status_code)
             err.add_note(f"{self.where}: attempt {attempt.number} of at most {self.endpoint.max_retries + 1}")
@@ -433,23 +449,26 @@ class LLMClient:
             for tc in msg.tool_calls or []
             if getattr(tc, "function", None) is not None
         ]
+        reasoning_tokens = 0
         if usage is not None:
-            prompt_tokens, completion_tokens, basis = usage.prompt_tokens, usage.completion_tokens, "usage"
+            prompt_tokens, basis = usage.prompt_tokens, "usage"
+            completion_tokens, reasoning_tokens = _output_tokens(usage)
         else:
             out_text = (msg.content or "") + "".join(t.name + t.arguments for t in tool_calls)
             prompt_tokens, completion_tokens = _estimate_tokens(call.prompt_text), _estimate_tokens(out_text)
             basis = "estimate"
         cost = self._book(call, attempt, ok=True, prompt_tokens=prompt_tokens, completion_tokens=completion_tokens,
-                          basis=basis, http_status=http.status_code)
+                          reasoning_tokens=reasoning_tokens, basis=basis, http_status=http.status_code)
         # A reply cut short by a budget-lowered max_tokens is not what the configured request would give.
         call.truncated_by_budget = (choice.finish_reason == "length"
-                                    and attempt.params["max_tokens"] < call.params["max_tokens"])
+                                    and attempt.admission.max_tokens < call.max_tokens)
         return ChatResult(
             content=msg.content,
             tool_calls=tool_calls,
             finish_reason=choice.finish_reason,
             prompt_tokens=prompt_tokens,
             completion_tokens=completion_tokens,
+            reasoning_tokens=reasoning_tokens,
             cost_usd=cost,
             model=completion.model or self.endpoint.model,
         )
@@ -471,22 +490,30 @@ class LLMClient:
         max_tokens: int | None = None,
     ) -> _Call:
         ep = self.endpoint
-        temperature = ep.temperature if temperature is None else temperature
+        # What the endpoint rejects is never sent, whatever the caller asked for; its own default then applies.
+        temperature = None if "temperature" in ep.omit_params else ep.temperature if temperature is None else temperature
+        seed = None if "seed" in ep.omit_params else seed
         max_tokens = ep.max_tokens if max_tokens is None else max_tokens
-        # base_url is left out on purpose: the offline teacher listens on a new port every run.
+        # base_url is left out on purpose: the offline teacher listens on a new port every run; so is the name of the
+        # token field (the same request either way). The request options join the key only where set, so a chat
+        # endpoint's cached replies keep their keys.
         key_fields = {
             "provider": ep.provider, "model": ep.model, "messages": messages, "tools": tools,
-            "temperature": temperature, "max_tokens": max_tokens, "seed": seed,
+            "temperature": temperature, "max_tokens": max_tokens, "seed": seed, **ep.request_identity(),
         }
         key = hashlib.sha256(_canonical(key_fields).encode()).hexdigest()
-        params: dict[str, Any] = {
-            "model": ep.model, "messages": messages, "temperature": temperature, "max_tokens": max_tokens
-        }
+        params: dict[str, Any] = {"model": ep.model, "messages": messages}
+        if temperature is not None:
+            params["temperature"] = temperature
         if tools is not None:
             params["tools"] = tools
         if seed is not None:
             params["seed"] = seed
-        return _Call(key, params, _canonical([messages, tools]))
+        if ep.reasoning_effort is not None:
+            params["reasoning_effort"] = ep.reasoning_effort
+        if ep.extra_body:
+            params["extra_body"] = dict(ep.extra_body)
+        return _Call(key, params, _canonical([messages, tools]), max_tokens)
 
     def _cache_path(self, key: str) -> Path:
         return self.cache_dir / key[:2] / f"{key}.json"
@@ -510,12 +537,17 @@ class LLMClient:
         # Atomic rename: concurrent writers of the same key race harmlessly, readers never see half a file.
         atomic.write_json(self._cache_path(call.key), result.model_dump(exclude={"cost_usd", "cached"}))
 
+    def _timeout(self) -> Timeout:
+        # A short connect timeout: an unreachable endpoint fails fast; a reply may still take timeout_s.
+        return Timeout(self.endpoint.timeout_s, connect=min(self.endpoint.connect_timeout_s,
+                                                                  self.endpoint.timeout_s))
+
     def _sync_client(self) -> OpenAI:
         with self._lock:
             if self._client is None:
                 self._client = OpenAI(
                     base_url=self.base_url, api_key=self.endpoint.api_key(),
-                    max_retries=0, timeout=self.endpoint.timeout_s,
+                    max_retries=0, timeout=self._timeout(),
                 )
             return self._client
 
@@ -526,7 +558,7 @@ class LLMClient:
         if self._aloop is not loop or self._aclient is None or self._asem is None:
             self._aclient = AsyncOpenAI(
                 base_url=self.base_url, api_key=self.endpoint.api_key(),
-                max_retries=0, timeout=self.endpoint.timeout_s,
+                max_retries=0, timeout=self._timeout(),
             )
             self._asem = asyncio.Semaphore(self.endpoint.concurrency)
             self._aloop = loop
@@ -534,6 +566,16 @@ class LLMClient:
             # connections inside the loop that owns them, even when the caller never awaits aclose().
             self._acloser = loop.create_task(_close_when_cancelled(self._aclient))
         return self._aclient, self._asem
+
+
+def _output_tokens(usage: Any) -> tuple[int, int]:
+    """(completion tokens to bill, reasoning tokens among them) of a response's `usage`. OpenAI counts reasoning
+    tokens within `completion_tokens` and bills them as output; an endpoint that reports more reasoning tokens than
+    completion tokens evidently counts them apart, and both are billed."""
+    details = getattr(usage, "completion_tokens_details", None)
+    reasoning = int(getattr(details, "reasoning_tokens", None) or 0)
+    completion = int(usage.completion_tokens or 0)
+    return (completion if reasoning <= completion else completion + reasoning), reasoning
 
 
 async def _close_when_cancelled(client: AsyncOpenAI) -> None:
@@ -550,7 +592,8 @@ def make_client(cfg: GymforgeConfig, stage: str, model: str | None = None) -> LL
         endpoint = endpoint.model_copy(update={"model": model})
     base_url = None  # openai: LLMClient falls back to endpoint.base_url, then OPENAI_BASE_URL
     if endpoint.provider == "offline":
-        base_url = plugins.load("offline-teacher")()  # starts the simulator's server; only when needed
+        # starts the simulator's server, as the kind of endpoint it imitates; only when needed
+        base_url = plugins.load("offline-teacher")(endpoint.offline_endpoint)
     return LLMClient(
         endpoint,
         stage=stage,

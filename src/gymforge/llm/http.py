@@ -31,10 +31,16 @@ class LoopbackHTTPServer(ThreadingHTTPServer):
 
 
 class BadRequest(ValueError):
-    def __init__(self, status: int, message: str, kind: str = "invalid_request_error") -> None:
+    """A client error, answered in OpenAI's error shape; `param` and `code` name the offending field and why
+    (e.g. `max_tokens`, `unsupported_parameter`), where there is one."""
+
+    def __init__(self, status: int, message: str, kind: str = "invalid_request_error", *, param: str | None = None,
+                 code: str | None = None) -> None:
         super().__init__(message)
         self.status = status
         self.kind = kind
+        self.param = param
+        self.code = code
 
 
 def sse_chunks(result: dict[str, Any], include_usage: bool) -> list[dict[str, Any]]:
@@ -75,8 +81,9 @@ class ChatCompletionsHandler(BaseHTTPRequestHandler):
         self.end_headers()
         self.wfile.write(data)
 
-    def _error(self, status: int, message: str, kind: str) -> None:
-        self._send_json(status, {"error": {"message": message, "type": kind, "param": None, "code": status}})
+    def _error(self, status: int, message: str, kind: str, param: str | None = None, code: str | None = None) -> None:
+        self._send_json(status, {"error": {"message": message, "type": kind, "param": param,
+                                           "code": status if code is None else code}})
 
     def do_GET(self) -> None:
         path = self.path.split("?")[0].rstrip("/")
@@ -100,7 +107,7 @@ class ChatCompletionsHandler(BaseHTTPRequestHandler):
             self._error(400, f"request body is not JSON: {exc}", "invalid_request_error")
             return
         except BadRequest as exc:
-            self._error(exc.status, str(exc), exc.kind)
+            self._error(exc.status, str(exc), exc.kind, exc.param, exc.code)
             return
         except Exception as exc:
             log.exception("%s", self.failure)

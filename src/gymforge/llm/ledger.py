@@ -1,7 +1,8 @@
 """Run-wide LLM ledger and budget, shared by every process of a run through a file lock.
 
 `calls.jsonl` is a write-ahead log: every attempt is appended as `sent` before the request leaves and as
-`done` after it (ok or failed, with its error class, HTTP status, endpoint and cost); a cache hit is one
+`done` after it (ok or failed, with its error class, HTTP status, endpoint, tokens and cost; a reasoning model's
+`reasoning_tokens` are counted within `completion_tokens`, billed as output, and kept apart too); a cache hit is one
 `cached` line. A request whose process died in flight (`kill -9`) is found by the next process that takes
 the lock and booked as `done` with error `killed_in_flight` at its upper-bound cost, so nothing sent ever
 escapes the log or the budget.
@@ -260,6 +261,7 @@ class Ledger:
             t["retries"] += int((e.get("attempt") or 1) > 1)
             t["prompt_tokens"] += e.get("prompt_tokens") or 0
             t["completion_tokens"] += e.get("completion_tokens") or 0
+            t["reasoning_tokens"] += e.get("reasoning_tokens") or 0
             t["cost_usd"] += e.get("cost_usd") or 0.0
             if e.get("error") == KILLED:
                 t["killed_in_flight"] += 1
@@ -280,5 +282,5 @@ class Ledger:
 
 
 def _empty_totals() -> dict[str, Any]:
-    return {"calls": 0, "cache_hits": 0, "prompt_tokens": 0, "completion_tokens": 0, "cost_usd": 0.0,
+    return {"calls": 0, "cache_hits": 0, "prompt_tokens": 0, "completion_tokens": 0, "reasoning_tokens": 0, "cost_usd": 0.0,
             "retries": 0, "killed_in_flight": 0, "in_flight": 0, "errors": {}}

@@ -282,7 +282,7 @@ def open_endpoint(cfg: GymforgeConfig, spec: ModelSpec, *, checkpoint: str | Non
         teacher = cfg.llm.teacher
         model = spec.model or teacher.model
         if teacher.provider == "offline":
-            yield Endpoint(base_url=plugins.load("offline-teacher")(), model=model, provider="offline", api_key_env=None,
+            yield Endpoint(base_url=plugins.load("offline-teacher")(teacher.offline_endpoint), model=model, provider="offline", api_key_env=None,
                            api_key_literal="offline")
         else:
             base_url = teacher.base_url or os.environ.get("OPENAI_BASE_URL")

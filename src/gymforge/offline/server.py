@@ -2,6 +2,13 @@
 
 `GET /v1/models` and `POST /v1/chat/completions` (plain JSON, or SSE with `stream: true`) are
 enough for the `openai` client, so the pipeline reaches this teacher exactly as a hosted model.
+
+Two kinds of endpoint (`llm.teacher.offline_endpoint`): `chat` accepts what a chat model accepts; `reasoning`
+follows the rules of OpenAI's reasoning models. It answers HTTP 400 in OpenAI's error shape to `max_tokens` (the
+limit must come as `max_completion_tokens`), to a temperature or top_p other than 1, and to a reasoning effort it
+does not know. It "reasons" before it answers: `usage.completion_tokens_details.reasoning_tokens` is a fixed multiple
+of the visible reply per effort (`REASONING_PER_TOKEN`), counted within `completion_tokens` and within the reply's
+limit, so a limit the reasoning uses up leaves an empty reply with finish reason `length`, as such a model does.
 """
 
 from __future__ import annotations
@@ -25,8 +32,13 @@ from gymforge.offline.dispatch import (
 MODEL_ID = "gymforge-offline-teacher"
 log = logging.getLogger(__name__)
 
+ENDPOINTS = ("chat", "reasoning")
+# Reasoning tokens per visible reply token, by reasoning effort (the reasoning endpoint; `medium` when none is sent).
+REASONING_PER_TOKEN = {"minimal": 0, "low": 1, "medium": 2, "high": 4}
+DEFAULT_EFFORT = "medium"
+
 _lock = threading.Lock()
-_url: str | None = None
+_urls: dict[str, str] = {}
 
 
 def count_tokens(text: str) -> int:
@@ -68,10 +80,55 @@ def _truncate(reply: Reply, max_tokens: int | None) -> tuple[Reply, bool]:
     return Reply(reply.content, tuple(calls)), True
 
 
+def check_reasoning_request(body: dict[str, Any]) -> None:
+    """Refuse what an OpenAI reasoning model refuses, with its error's shape (BadRequest: HTTP 400)."""
+    if "max_tokens" in body:
+        raise BadRequest(400, "Unsupported parameter: 'max_tokens' is not supported with this model. Use "
+                         "'max_completion_tokens' instead.", param="max_tokens", code="unsupported_parameter")
+    for name in ("temperature", "top_p"):
+        value = body.get(name)
+        if value is not None and value != 1:
+            raise BadRequest(400, f"Unsupported value: '{name}' does not support {value} with this model. Only the "
+                             "default (1) value is supported.", param=name, code="unsupported_value")
+    effort = body.get("reasoning_effort")
+    if effort is not None and effort not in REASONING_PER_TOKEN:
+        known = ", ".join(f"'{e}'" for e in REASONING_PER_TOKEN)
+        raise BadRequest(400, f"Unsupported value: 'reasoning_effort' does not support {effort!r} with this model. "
+                         f"Supported values are: {known}.", param="reasoning_effort", code="unsupported_value")
+
+
+def reasoning_completion(body: dict[str, Any]) -> dict[str, Any]:
+    """The reasoning endpoint's chat.completion: the request checked (`check_reasoning_request`), then the reply
+    preceded by its reasoning tokens, both within `max_completion_tokens`."""
+    check_reasoning_request(body)
+    reply = respond(body)
+    visible = _usage({}, reply)["completion_tokens"]
+    reasoning = REASONING_PER_TOKEN[body.get("reasoning_effort") or DEFAULT_EFFORT] * visible
+    limit = body.get("max_completion_tokens")
+    cut = False
+    if limit:
+        reasoning = min(reasoning, limit)
+        if limit - reasoning <= 0:
+            reply, cut = Reply(""), True  # the reasoning used up the limit: nothing left to say
+        else:
+            reply, cut = _truncate(reply, limit - reasoning)
+    result = _completion_object(body, reply, cut)
+    usage = result["usage"]
+    usage["completion_tokens"] += reasoning
+    usage["total_tokens"] += reasoning
+    usage["completion_tokens_details"] = {"reasoning_tokens": reasoning, "audio_tokens": 0,
+                                          "accepted_prediction_tokens": 0, "rejected_prediction_tokens": 0}
+    return result
+
+
 def completion(body: dict[str, Any]) -> dict[str, Any]:
     """The chat.completion object for a request body (raises what `respond` raises). Like a hosted model, the reply
     stops at `max_tokens` (or `max_completion_tokens`) with finish reason `length`."""
     reply, cut = _truncate(respond(body), body.get("max_completion_tokens") or body.get("max_tokens"))
+    return _completion_object(body, reply, cut)
+
+
+def _completion_object(body: dict[str, Any], reply: Reply, cut: bool) -> dict[str, Any]:
     return {
         "id": f"chatcmpl-{stable_seed(body.get('seed'), body.get('messages')):016x}",
         "object": "chat.completion",
@@ -103,23 +160,35 @@ class _Handler(ChatCompletionsHandler):
             raise BadRequest(400, str(exc)) from None
 
 
-def _make_server(host: str, port: int) -> LoopbackHTTPServer:
-    return LoopbackHTTPServer((host, port), _Handler)
+class _ReasoningHandler(_Handler):
+    server_version = "gymforge-offline-teacher-reasoning"
+
+    def complete(self, body: dict[str, Any]) -> dict[str, Any]:
+        try:
+            return reasoning_completion(body)
+        except UnknownRequest as exc:
+            raise BadRequest(400, str(exc)) from None
 
 
-def ensure_server() -> str:
-    """Start the teacher once per process on a free loopback port; return its base URL (`.../v1`)."""
-    global _url
+def _make_server(host: str, port: int, endpoint: str = "chat") -> LoopbackHTTPServer:
+    if endpoint not in ENDPOINTS:
+        raise ValueError(f"unknown offline endpoint {endpoint!r}; one of {', '.join(ENDPOINTS)}")
+    return LoopbackHTTPServer((host, port), _ReasoningHandler if endpoint == "reasoning" else _Handler)
+
+
+def ensure_server(endpoint: str = "chat") -> str:
+    """Start the teacher once per process and kind of endpoint (`chat`, `reasoning`) on a free loopback port; return
+    its base URL (`.../v1`)."""
     with _lock:
-        if _url is None:
-            server = _make_server("127.0.0.1", 0)
-            threading.Thread(target=server.serve_forever, name="offline-teacher", daemon=True).start()
-            _url = f"http://127.0.0.1:{server.server_address[1]}/v1"
-        return _url
+        if endpoint not in _urls:
+            server = _make_server("127.0.0.1", 0, endpoint)
+            threading.Thread(target=server.serve_forever, name=f"offline-teacher-{endpoint}", daemon=True).start()
+            _urls[endpoint] = f"http://127.0.0.1:{server.server_address[1]}/v1"
+        return _urls[endpoint]
 
 
-def serve(host: str = "127.0.0.1", port: int = 8000) -> None:
+def serve(host: str = "127.0.0.1", port: int = 8000, endpoint: str = "chat") -> None:
     """Serve in the foreground until interrupted (the `gymforge teacher-server` command)."""
-    server = _make_server(host, port)
-    log.info("offline teacher listening on http://%s:%d/v1", host, server.server_address[1])
+    server = _make_server(host, port, endpoint)
+    log.info("offline teacher (%s endpoint) listening on http://%s:%d/v1", endpoint, host, server.server_address[1])
     server.serve_until_interrupted()

@@ -11,10 +11,23 @@ of the SFT masking code (the chat template's `{% generation %}` markers, or TRL'
 a template without them: `gymforge.student.masks.check_chat_template`).
 
 One training sample is one model reply ("action") with the exact request the agent loop sent for it
-(`gymforge.agent.trajectory.requests_of`: elided observations and format-error re-asks included). Per sample:
+(`gymforge.agent.trajectory.requests_of`: elided observations and format-error re-asks included).
 
-    ratio_t   = exp(logp_t - logp_old_t)                       on the reply's tokens only (assistant mask)
-    pg_t      = -min(ratio_t * A, clip(ratio_t, 1 - eps, 1 + eps) * A)
+Its tokens are the sampled ones whenever the trajectory kept them (a checkpoint served here records each reply's prompt
+ids, reply ids and log-probs: `gymforge.agent.trajectory.reply_tokens`): the sample is the prompt's ids followed by the
+reply's, exactly as the server saw and produced them, and the mask covers the reply's ids, the policy's own tokens. No
+text is tokenized again: decoding and re-encoding is not the identity (BPE merges across the reply's boundary, spaces,
+a reply cut at `max_tokens`), and an update on re-encoded ids would push up or down sequences the policy never
+sampled. Replies recorded without ids (an external endpoint) keep the re-tokenized path (`tokenize_sample`: request and
+reply text through the chat template, the SFT assistant mask restricted to the reply); `ActionSample.path` says which.
+
+The sampler's log-probs `logq_t` are the behaviour policy. The sampler (vLLM, or the transformers server's cached
+decoding) computes with other numerics than the trainer's full forward pass, so a truncated importance weight corrects
+the difference (as in "Your efficient RL framework secretly brings you off-policy RL training", Yao et al. 2025):
+
+    w_t       = min(exp(logp_old_t - logq_t), is_cap)             (detached; 1 for re-tokenized samples)
+    ratio_t   = exp(logp_t - logp_old_t)                       on the reply's tokens only
+    pg_t      = -w_t * min(ratio_t * A, clip(ratio_t, 1 - eps, 1 + eps) * A)
     kl_t      = exp(ref_t - logp_t) - (ref_t - logp_t) - 1       (k3 estimator, >= 0) to the SFT reference
     loss_k    = mean_t (pg_t + kl_coef * kl_t)
     loss      = sum_k w_k * loss_k / sum_k w_k
@@ -38,7 +51,8 @@ import random
 from dataclasses import dataclass, field
 from typing import Any, Sequence
 
-from gymforge.agent.trajectory import KEEP_OBSERVATIONS, requests_of
+from gymforge.agent.trajectory import KEEP_OBSERVATIONS, reply_tokens, requests_of
+from gymforge.core.tokens import Sampled
 from gymforge.student.masks import check_chat_template, tokenize_with_assistant_mask
 
 
@@ -86,11 +100,16 @@ class ActionSample:
     start: int = 0  # `reply_start(mask)`: the log-probs are taken from there on
     old_logprobs: Any = None
     ref_logprobs: Any = None
+    sampled: Sampled | None = None  # the reply's tokens as sampled, when the trajectory kept them
+    path: str = ""  # `sampled` (the sampled ids) or `retokenized` (request and reply text tokenized again)
+    sampler_logprobs: list[float] | None = None  # the sampler's, aligned with ids[start + 1:] (sampled path only)
 
 
 def action_samples(traj: Any, episode: int) -> list[ActionSample]:
-    """Every reply of a trajectory (rejected malformed ones included) with its request and execution time."""
+    """Every reply of a trajectory (rejected malformed ones included) with its request, execution time and, when the
+    trajectory kept them, its sampled tokens."""
     requests = requests_of(traj, KEEP_OBSERVATIONS)
+    tokens = reply_tokens(traj)
     replies: list[tuple[str, float]] = []
     for step in traj.trajectory:
         model_turn = not (step.action.startswith("exit_") and step.thought.startswith("Exit due to"))
@@ -99,8 +118,10 @@ def action_samples(traj: Any, episode: int) -> list[ActionSample]:
             replies.append((step.response, float(step.execution_time)))
     if len(requests) != len(replies):  # the two walks disagree: never train on misaligned pairs
         raise ValueError(f"episode {episode}: {len(requests)} requests but {len(replies)} replies")
-    return [ActionSample(request=req, response=resp, duration_s=dur, episode=episode)
-            for req, (resp, dur) in zip(requests, replies, strict=True)]
+    if len(tokens) != len(replies):
+        raise ValueError(f"episode {episode}: {len(tokens)} token records but {len(replies)} replies")
+    return [ActionSample(request=req, response=resp, duration_s=dur, episode=episode, sampled=tok)
+            for req, (resp, dur), tok in zip(requests, replies, tokens, strict=True)]
 
 
 def training_template(tokenizer: Any, student: str) -> str | None:
@@ -133,6 +154,33 @@ def tokenize_sample(tokenizer: Any, request: list[dict[str, str]], response: str
     if len(ids) > max_length:
         ids, mask = ids[-max_length:], mask[-max_length:]
     return ids, mask
+
+
+def sampled_sample(sampled: Sampled, max_length: int) -> tuple[list[int], list[int], list[float]]:
+    """(input ids, mask, sampler log-probs) of a reply with its sampled tokens: the prompt's ids then the reply's, the
+    mask on the reply's; over-long samples lose the start of the prompt (then of the reply). The log-probs are the
+    sampler's for ids[reply_start(mask) + 1:], the positions the loss reads."""
+    ids = [*sampled.prompt_ids, *sampled.ids]
+    mask = [0] * len(sampled.prompt_ids) + [1] * len(sampled.ids)
+    if len(ids) > max_length:
+        ids, mask = ids[-max_length:], mask[-max_length:]
+    if sum(mask[1:]) == 0:
+        return ids, mask, []
+    scored = len(ids) - reply_start(mask) - 1  # every position after the start is a reply token
+    return ids, mask, list(sampled.logprobs[len(sampled.logprobs) - scored:])
+
+
+def tokenize(sample: ActionSample, tokenizer: Any, max_length: int, template: str | None) -> ActionSample:
+    """Set a sample's ids, mask and path: its sampled tokens when it has them, else request and reply text tokenized
+    again (`tokenize_sample`)."""
+    if sample.sampled is not None:
+        sample.input_ids, sample.mask, sample.sampler_logprobs = sampled_sample(sample.sampled, max_length)
+        sample.path = "sampled"
+    else:
+        sample.input_ids, sample.mask = tokenize_sample(tokenizer, sample.request, sample.response, max_length,
+                                                        template)
+        sample.sampler_logprobs, sample.path = None, "retokenized"
+    return sample
 
 
 # ---- log-probs and the loss -------------------------------------------------------------------------
@@ -178,15 +226,33 @@ def token_logprobs(model: Any, input_ids: list[int], temperature: float = 1.0, s
     return reply_logprobs(model, torch.tensor(input_ids, device=model.device), start, temperature)
 
 
+def importance_weights(old_lp: Any, sampler_lp: Any, cap: float) -> Any:
+    """The truncated importance weight of each token, min(p_trainer / q_sampler, cap), detached: exactly 1 where the
+    trainer's log-prob equals the sampler's."""
+    import torch
+
+    return torch.clamp(torch.exp(old_lp.detach() - sampler_lp), max=cap)
+
+
+def mismatch(old_lp: Any, sampler_lp: Any, mask: Any, threshold: float) -> tuple[float, float, float]:
+    """(sum of |trainer - sampler| log-prob, tokens over `threshold`, tokens) over a sample's masked tokens."""
+    m = mask.to(old_lp.dtype)
+    diff = (old_lp.detach() - sampler_lp).abs() * m
+    return float(diff.sum()), float(((diff > threshold).to(m.dtype) * m).sum()), float(m.sum())
+
+
 def sample_loss(new_lp: Any, old_lp: Any, ref_lp: Any, mask: Any, advantage: float, *, clip_eps: float,
-                kl_coef: float) -> tuple[Any, Any, Any]:
-    """(loss, mean KL, clipped share) of one sample over its masked tokens (tensors aligned with ids[1:])."""
+                kl_coef: float, sampler_lp: Any = None, is_cap: float = 2.0) -> tuple[Any, Any, Any]:
+    """(loss, mean KL, clipped share) of one sample over its masked tokens (tensors aligned with ids[1:]); with the
+    sampler's log-probs, each token's policy-gradient term carries its truncated importance weight."""
     import torch
 
     m = mask.to(new_lp.dtype)
     n = m.sum().clamp(min=1.0)
     ratio = torch.exp(new_lp - old_lp)
     pg = -torch.minimum(ratio * advantage, torch.clamp(ratio, 1 - clip_eps, 1 + clip_eps) * advantage)
+    if sampler_lp is not None:
+        pg = pg * importance_weights(old_lp, sampler_lp, is_cap)
     diff = ref_lp - new_lp
     kl = torch.exp(diff) - diff - 1
     loss = ((pg + kl_coef * kl) * m).sum() / n
@@ -203,7 +269,7 @@ def prepare(samples: list[ActionSample], tokenizer: Any, policy: Any, reference:
 
     kept = []
     for s in samples:
-        s.input_ids, s.mask = tokenize_sample(tokenizer, s.request, s.response, max_length, template)
+        tokenize(s, tokenizer, max_length, template)
         if sum(s.mask[1:]) == 0:
             continue
         s.start = reply_start(s.mask)
@@ -214,16 +280,30 @@ def prepare(samples: list[ActionSample], tokenizer: Any, policy: Any, reference:
     return kept
 
 
+def path_counts(samples: Sequence[ActionSample]) -> dict[str, int]:
+    """How many samples took each token path (`sampled` ids, `retokenized` text)."""
+    return {p: sum(1 for s in samples if s.path == p) for p in ("sampled", "retokenized")}
+
+
+def mismatch_stats(abs_sum: float, over: float, tokens: float) -> dict[str, float]:
+    """The curve's sampler/trainer mismatch from the totals of `mismatch` (first epoch, before any step)."""
+    return {"mismatch_abs_logprob": abs_sum / tokens if tokens else 0.0,
+            "mismatch_share_over": over / tokens if tokens else 0.0, "mismatch_tokens": int(tokens)}
+
+
 def update(policy: Any, optimizer: Any, samples: list[ActionSample], *, epochs: int, minibatches: int,
            clip_eps: float, kl_coef: float, max_grad_norm: float, rng: random.Random,
-           temperature: float = 1.0) -> dict[str, float]:
-    """Clipped policy-gradient steps over prepared samples; returns mean loss, KL and clipped share."""
+           temperature: float = 1.0, is_cap: float = 2.0, mismatch_threshold: float = 0.1) -> dict[str, float]:
+    """Clipped policy-gradient steps over prepared samples; returns mean loss, KL and clipped share, and the
+    sampler/trainer mismatch of the sampled-path samples (`mismatch_stats`, taken before the first step)."""
     import torch
 
     totals = {"loss": 0.0, "kl": 0.0, "clipped": 0.0}
     count = 0
+    gap = [0.0, 0.0, 0.0]  # |delta log-prob| sum, tokens over the threshold, tokens
     if not samples:
-        return {**totals, "samples": 0, "optimizer_steps": 0}
+        return {**totals, "samples": 0, "optimizer_steps": 0, **mismatch_stats(*gap)}
+    seen: set[int] = set()
     steps = 0
     policy.train()
     for _ in range(epochs):
@@ -238,8 +318,15 @@ def update(policy: Any, optimizer: Any, samples: list[ActionSample], *, epochs: 
                 new_lp = token_logprobs(policy, s.input_ids, temperature, s.start)
                 mask = torch.tensor(s.mask[1:][s.start:], device=new_lp.device)
                 old_lp = new_lp.detach() if s.old_logprobs is None else s.old_logprobs
+                sampler = None
+                if s.sampler_logprobs is not None:
+                    sampler = torch.tensor(s.sampler_logprobs, dtype=old_lp.dtype, device=old_lp.device)
+                    if id(s) not in seen:  # the policy as it sampled: the first time the sample is seen
+                        seen.add(id(s))
+                        taken = mismatch(old_lp, sampler, mask, mismatch_threshold)
+                        gap = [a + b for a, b in zip(gap, taken, strict=True)]
                 loss, kl, clipped = sample_loss(new_lp, old_lp, s.ref_logprobs, mask, s.advantage,
-                                                clip_eps=clip_eps, kl_coef=kl_coef)
+                                                clip_eps=clip_eps, kl_coef=kl_coef, sampler_lp=sampler, is_cap=is_cap)
                 (loss * s.weight / weight_sum).backward()
                 totals["loss"] += float(loss.detach())
                 totals["kl"] += float(kl)
@@ -249,4 +336,5 @@ def update(policy: Any, optimizer: Any, samples: list[ActionSample], *, epochs: 
             optimizer.step()
             steps += 1
     policy.eval()
-    return {k: v / count for k, v in totals.items()} | {"samples": len(samples), "optimizer_steps": steps}
+    return ({k: v / count for k, v in totals.items()} | {"samples": len(samples), "optimizer_steps": steps}
+            | mismatch_stats(*gap))

@@ -76,7 +76,7 @@ from typing import Any, Iterator, Sequence
 
 from gymforge.core import atomic
 from gymforge.core.launch import accelerate_config, accelerate_launch
-from gymforge.rl.grpo import reply_logprobs, reply_start, sample_loss, tokenize_sample
+from gymforge.rl.grpo import mismatch, mismatch_stats, reply_logprobs, reply_start, sample_loss, tokenize
 
 log = logging.getLogger("gymforge.rl.sharded")
 
@@ -119,10 +119,11 @@ def checkpoint_files(sft_checkpoint: Path, folder: Path) -> None:
 
 
 def tokenize_samples(samples: list[Any], tokenizer: Any, *, max_length: int, template: str | None) -> list[Any]:
-    """`grpo.prepare` without the log-probs (the workers take them): tokenize, drop samples without a reply token."""
+    """`grpo.prepare` without the log-probs (the workers take them): the sampled ids (or the re-tokenized text), drop
+    samples without a reply token."""
     kept = []
     for s in samples:
-        s.input_ids, s.mask = tokenize_sample(tokenizer, s.request, s.response, max_length, template)
+        tokenize(s, tokenizer, max_length, template)
         if sum(s.mask[1:]) == 0:
             continue
         kept.append(s)
@@ -135,7 +136,9 @@ def write_job(folder: Path, samples: Sequence[Any], **settings: Any) -> Path:
 
     folder.mkdir(parents=True, exist_ok=True)
     torch.save([{"input_ids": torch.tensor(s.input_ids, dtype=torch.int64), "mask": torch.tensor(s.mask, dtype=torch.int8),
-                 "advantage": float(s.advantage), "weight": float(s.weight)} for s in samples], folder / SAMPLES)
+                 "advantage": float(s.advantage), "weight": float(s.weight),
+                 "sampler": None if getattr(s, "sampler_logprobs", None) is None
+                 else torch.tensor(s.sampler_logprobs, dtype=torch.float32)} for s in samples], folder / SAMPLES)
     (folder / STATS).unlink(missing_ok=True)
     job = {**{k: str(v) if isinstance(v, Path) else v for k, v in settings.items()},
            "samples": str(folder / SAMPLES), "stats": str(folder / STATS)}
@@ -154,6 +157,7 @@ def run_update(cfg: Any, samples: list[Any], *, policy_dir: Path, reference_dir:
     job = write_job(folder, samples, policy=policy_dir, reference=reference_dir, dest=dest, tokenizer_files=reference_dir,
                     strategy=rl.strategy, learning_rate=rl.learning_rate, epochs=rl.epochs, minibatches=rl.minibatches,
                     clip_eps=rl.clip_eps, kl_coef=rl.kl_coef, max_grad_norm=rl.max_grad_norm,
+                    is_cap=rl.is_cap, mismatch_threshold=rl.mismatch_threshold,
                     temperature=rl.temperature, single_step=rl.epochs == 1 and rl.minibatches == 1,
                     update_seed=update_seed, torch_seed=torch_seed, threads=rl.threads,
                     gradient_checkpointing=rl.gradient_checkpointing)
@@ -624,6 +628,7 @@ class Sample:
     weight: float
     old: Any = None  # sampling policy's log-probs from `start` (None: single step, the update's own detached)
     ref: Any = None
+    sampler: Any = None  # the sampler's log-probs from `start` (sampled-token samples), else None
 
     @property
     def tokens(self) -> int:
@@ -637,9 +642,10 @@ def load_samples(path: Path, device: Any) -> list[Sample]:
     for row in torch.load(path, weights_only=True):
         mask = [int(m) for m in row["mask"].tolist()]
         start = reply_start(mask)
+        sampler = row.get("sampler")
         out.append(Sample(input_ids=row["input_ids"].to(device), start=start,
                           mask=torch.tensor(mask[1:][start:], device=device), advantage=row["advantage"],
-                          weight=row["weight"]))
+                          weight=row["weight"], sampler=None if sampler is None else sampler.to(device)))
     return out
 
 
@@ -672,11 +678,13 @@ def sharded_logprobs(backend: Backend, model: Any, samples: list[Sample], temper
 
 def sharded_update(backend: Backend, policy: Any, optimizer: Any, samples: list[Sample], *, epochs: int,
                    minibatches: int, clip_eps: float, kl_coef: float, max_grad_norm: float, rng: random.Random,
-                   temperature: float = 1.0) -> dict[str, float]:
+                   temperature: float = 1.0, is_cap: float = 2.0, mismatch_threshold: float = 0.1) -> dict[str, float]:
     """`grpo.update` with each minibatch dealt over the ranks (module docstring); the same statistics."""
     if not samples:
-        return {"loss": 0.0, "kl": 0.0, "clipped": 0.0, "samples": 0, "optimizer_steps": 0}
-    totals = [0.0, 0.0, 0.0, 0.0]  # loss, kl, clipped, count
+        return {"loss": 0.0, "kl": 0.0, "clipped": 0.0, "samples": 0, "optimizer_steps": 0,
+                **mismatch_stats(0.0, 0.0, 0.0)}
+    totals = [0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0]  # loss, kl, clipped, count, |delta log-prob|, over, tokens
+    seen: set[int] = set()
     steps = 0
     backend.train(policy)
     lengths = [s.tokens for s in samples]
@@ -693,8 +701,12 @@ def sharded_update(backend: Backend, policy: Any, optimizer: Any, samples: list[
                     s = samples[mine[k]]
                     new_lp = reply_logprobs(policy, s.input_ids, s.start, temperature)
                     old_lp = new_lp.detach() if s.old is None else s.old
+                    if s.sampler is not None and mine[k] not in seen:
+                        seen.add(mine[k])
+                        for j, v in enumerate(mismatch(old_lp, s.sampler, s.mask, mismatch_threshold)):
+                            totals[4 + j] += v
                     loss, kl, clipped = sample_loss(new_lp, old_lp, s.ref, s.mask, s.advantage, clip_eps=clip_eps,
-                                                    kl_coef=kl_coef)
+                                                    kl_coef=kl_coef, sampler_lp=s.sampler, is_cap=is_cap)
                     backend.backward(policy, loss * (s.weight * backend.world / weight_sum), last)
                     totals[0] += float(loss.detach())
                     totals[1] += float(kl)
@@ -705,10 +717,10 @@ def sharded_update(backend: Backend, policy: Any, optimizer: Any, samples: list[
         backend.step(policy, optimizer, max_grad_norm)
         steps += 1
     policy.eval()
-    loss, kl, clipped, count = backend.sum(totals)
+    loss, kl, clipped, count, gap, over, tokens = backend.sum(totals)
     count = max(count, 1.0)
     return {"loss": loss / count, "kl": kl / count, "clipped": clipped / count, "samples": len(samples),
-            "optimizer_steps": steps}
+            "optimizer_steps": steps, **mismatch_stats(gap, over, tokens)}
 
 
 def run_job(job_file: str | Path) -> dict[str, float]:
@@ -751,7 +763,9 @@ def _run(backend: Backend, job: dict[str, Any]) -> dict[str, float]:
     stats = sharded_update(backend, policy, optimizer, samples, epochs=int(job["epochs"]),
                            minibatches=int(job["minibatches"]), clip_eps=float(job["clip_eps"]),
                            kl_coef=float(job["kl_coef"]), max_grad_norm=float(job["max_grad_norm"]),
-                           rng=random.Random(int(job["update_seed"])), temperature=temperature)
+                           rng=random.Random(int(job["update_seed"])), temperature=temperature,
+                           is_cap=float(job.get("is_cap", 2.0)),
+                           mismatch_threshold=float(job.get("mismatch_threshold", 0.1)))
     t_update = time.monotonic()
     backend.save(policy, optimizer, Path(job["dest"]), Path(job["tokenizer_files"]))
     stats = {**stats, "world_size": backend.world, "reference_s": round(t_ref - t0, 2),

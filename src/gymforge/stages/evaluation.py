@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from gymforge.core import atomic
-from gymforge.core.config import EndpointConfig, GymforgeConfig, ModelSpec
+from gymforge.core.config import EndpointConfig, GymforgeConfig, ModelSpec, RequestOptions
 from gymforge.core.job import SCRATCH_ENV
 from gymforge.core.progress import Progress
 from gymforge.core.records import (EvalRecord, Exit, RunSummary, Trajectory, UsageRecord, derive_seed, final_submission,
@@ -66,7 +66,7 @@ def served_name(spec: ModelSpec, checkpoint: str | None) -> str:
 def fingerprint(cfg: GymforgeConfig, spec: ModelSpec, task_yaml: Path, served: str) -> str:
     # the post-training suite's runs depend on the base model they post-train (post_training.base_model)
     sections = ("seed", "sandbox", "evaluate", *(("post_training",) if cfg.evaluate.benchmark == "posttraining" else ()))
-    return text_hash(cfg.digest(*sections) + spec.model_dump_json() + served
+    return text_hash(cfg.digest(*sections) + spec.identity_json() + served
                      + teacher_identity(cfg, spec) + text_hash(task_yaml.read_text()))
 
 
@@ -93,11 +93,13 @@ def _client(cfg: GymforgeConfig, spec: ModelSpec, endpoint: Any) -> Any:
     else:
         serving = cfg.evaluate.serving
         local = spec.source in SERVED_SOURCES
+        # an external endpoint is asked as its spec says (a reasoning model's token field, effort, ...)
+        options = {} if local else spec.model_dump(include=set(RequestOptions.model_fields))
         config = EndpointConfig(
             provider="local" if local else "openai", base_url=endpoint.base_url, model=endpoint.model,
             api_key_env=spec.api_key_env, temperature=serving.temperature,
             max_tokens=serving.max_new_tokens if local else cfg.llm.teacher.max_tokens,
-            concurrency=cfg.evaluate.concurrency, price=spec.price)
+            concurrency=cfg.evaluate.concurrency, price=spec.price, **options)
     return LLMClient(config, stage="evaluate", cache_dir=cfg.cache / "llm", ledger_dir=cfg.results / "llm",
                      budget_usd=cfg.llm.budget_usd, base_url=endpoint.base_url)
 

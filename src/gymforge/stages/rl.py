@@ -128,7 +128,7 @@ def serve_and_collect(cfg: GymforgeConfig, policy_dir: Path, iteration: int, pla
     with open_endpoint(served_cfg, spec, checkpoint=str(policy_dir), served_name=served, log=log_file) as endpoint:
         config = EndpointConfig(provider="local", base_url=endpoint.base_url, model=endpoint.model,
                                 temperature=rl.temperature, max_tokens=rl.max_new_tokens,
-                                concurrency=rl.concurrency)
+                                concurrency=rl.concurrency, token_ids=True)
         llm = LLMClient(config, stage="rl", cache_dir=cfg.cache / "llm", ledger_dir=cfg.results / "llm",
                         budget_usd=cfg.llm.budget_usd, base_url=endpoint.base_url)
 
@@ -247,6 +247,12 @@ def _curve_row(iteration: int, scored: list[dict[str, Any]], stats: dict[str, fl
         "groups_dropped_zero_variance": len(dropped),
         "zero_variance_tasks": list(dropped),
         "update_skipped": skipped,
+        # token paths (gymforge.rl.grpo): samples trained on their sampled ids or on re-tokenized text, and the mean
+        # |trainer - sampler| log-prob of the sampled ones' reply tokens with the share over rl.mismatch_threshold
+        "token_paths": stats.get("token_paths", {"sampled": 0, "retokenized": 0}),
+        "mismatch_abs_logprob": round(stats.get("mismatch_abs_logprob", 0.0), 6),
+        "mismatch_share_over": round(stats.get("mismatch_share_over", 0.0), 6),
+        "mismatch_tokens": int(stats.get("mismatch_tokens", 0)),
         "wall_s": round(wall_s, 2),
     }
 
@@ -323,6 +329,8 @@ def run_rl(cfg: GymforgeConfig, sft_checkpoint: Path, tasks: list[Any], checkpoi
                            "durations": [round(s.execution_time, 3) for s in actions], **r.as_dict(),
                            "passed": frontier.passed(r.as_dict())})
             episode_samples = grpo.action_samples(traj, len(scored) - 1)
+            scored[-1]["token_paths"] = {"sampled": sum(1 for s in episode_samples if s.sampled is not None),
+                                         "retokenized": sum(1 for s in episode_samples if s.sampled is None)}
             samples.extend(episode_samples)
             best = state["best"].get(plan.task.slot)
             if r.valid and not r.flagged and (best is None or r.reward > best["reward"]):
@@ -358,16 +366,20 @@ def run_rl(cfg: GymforgeConfig, sft_checkpoint: Path, tasks: list[Any], checkpoi
                      len(dropped))
         elif sharded:  # the workers write the next checkpoint themselves
             samples = sharded_update.tokenize_samples(samples, tokenizer, max_length=rl.max_length, template=template)
+            paths = grpo.path_counts(samples)
             stats = sharded_update.run_update(cfg, samples, policy_dir=policy_dir, reference_dir=sft_checkpoint,
                                               dest=iteration_dir(work, iteration + 1), folder=work / "update",
                                               update_seed=update_seed, torch_seed=derive_seed(seed, "rl-torch", iteration),
                                               log_file=log_file)
+            stats["token_paths"] = paths
         else:
             samples = grpo.prepare(samples, tokenizer, policy, reference, max_length=rl.max_length, template=template,
                                    temperature=rl.temperature, single_step=rl.epochs == 1 and rl.minibatches == 1)
             stats = grpo.update(policy, optimizer, samples, epochs=rl.epochs, minibatches=rl.minibatches,
                                 clip_eps=rl.clip_eps, kl_coef=rl.kl_coef, max_grad_norm=rl.max_grad_norm,
-                                rng=random.Random(update_seed), temperature=rl.temperature)
+                                rng=random.Random(update_seed), temperature=rl.temperature, is_cap=rl.is_cap,
+                                mismatch_threshold=rl.mismatch_threshold)
+            stats["token_paths"] = grpo.path_counts(samples)
         row = _curve_row(iteration, scored, stats, time.monotonic() - t0, chosen=[t.slot for t in chosen],
                          groups=len(groups), dropped=dropped, skipped=skipped)
         for e, a in zip(scored, advantage, strict=True):
