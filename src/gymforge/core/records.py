@@ -8,7 +8,9 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any, Literal, TypeVar
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, model_serializer
+
+from gymforge.core.tokens import TokenRecord
 
 Status = Literal["ok", "discarded", "skipped"]
 
@@ -324,6 +326,16 @@ class RolloutRecord(BaseModel):
     baseline: dict[str, float] | None = Field(None, description="The task's baseline metrics the agent was shown.")
     fingerprint: str = Field(description="Hash of what determines this rollout (config sections + verified task).")
     wall_s: float
+    # Served models only: the sampled tokens of each reply of this step, rejected ones first, then the accepted one
+    # (`gymforge.core.tokens`; None for a reply whose endpoint returned no ids). Absent in older trajectories.
+    tokens: list[TokenRecord | None] | None = None
+
+    @model_serializer(mode="wrap")
+    def _without_absent_tokens(self, handler: Any) -> dict[str, Any]:
+        data = handler(self)
+        if data.get("tokens", 0) is None:  # steps of teachers and external APIs keep MLGym's keys only
+            del data["tokens"]
+        return data
     trajectory: Trajectory
 
 

@@ -59,6 +59,7 @@ from tenacity import (
 
 from gymforge.core import atomic, plugins
 from gymforge.core.config import EndpointConfig, GymforgeConfig
+from gymforge.core.tokens import Sampled, from_response
 from gymforge.core import job
 from gymforge.core.job import current_job as _job
 from gymforge.llm.ledger import Admission, BudgetExceeded, Ledger
@@ -85,6 +86,9 @@ class ChatResult(BaseModel):
     cached: bool = False
     model: str
     reasoning_tokens: int = 0  # the hidden part of completion_tokens (reasoning models)
+    # With `token_ids` on the endpoint: the prompt's and reply's token ids and the sampled tokens' log-probs, when the
+    # endpoint returned them (gymforge.core.tokens); None otherwise.
+    tokens: Sampled | None = None
 
     def assistant_message(self) -> dict[str, Any]:
         msg: dict[str, Any] = {"role": "assistant", "content": self.content}
@@ -471,6 +475,7 @@ class LLMClient:
             reasoning_tokens=reasoning_tokens,
             cost_usd=cost,
             model=completion.model or self.endpoint.model,
+            tokens=from_response(json.loads(http.text)) if self.endpoint.token_ids else None,
         )
 
     def _done(self, call: _Call, result: ChatResult) -> ChatResult:
@@ -513,6 +518,11 @@ class LLMClient:
             params["reasoning_effort"] = ep.reasoning_effort
         if ep.extra_body:
             params["extra_body"] = dict(ep.extra_body)
+        if ep.token_ids:  # OpenAI's per-token log-probs plus vLLM's token ids (gymforge.core.tokens)
+            key_fields["token_ids"] = True
+            key = hashlib.sha256(_canonical(key_fields).encode()).hexdigest()
+            params["logprobs"] = True
+            params["extra_body"] = {**params.get("extra_body", {}), "return_token_ids": True}
         return _Call(key, params, _canonical([messages, tools]), max_tokens)
 
     def _cache_path(self, key: str) -> Path:

@@ -38,7 +38,13 @@ The transformers server (`GET /v1/models`, `POST /v1/chat/completions`; `stream:
   vLLM does, not silently truncated: an agent history that no longer fits is the caller's to shorten;
 - the `model` of a request must be the served name (404 otherwise, as vLLM does);
 - `tools` are passed to the chat template, but replies are plain text (no `tool_calls` parsing): the agent
-  acts through text commands.
+  acts through text commands;
+- tokens, in vLLM's shape, so one client reads both backends: `return_token_ids: true` adds the prompt's ids
+  (`prompt_token_ids`, the chat template applied) to the response and the reply's ids (`token_ids`, every sampled
+  token: the end-of-turn token included, and all of them when a `stop` string cut the text) to the choice;
+  `logprobs: true` adds OpenAI's `choices[0].logprobs.content[*].logprob`, each sampled token's log-prob under the
+  distribution it was drawn from (after temperature, top-k and top-p; `top_logprobs` is always empty). vLLM is
+  launched with `--logprobs-mode processed_logprobs` to return the same (its default is the raw model's).
 """
 
 from __future__ import annotations
@@ -99,9 +105,12 @@ class Endpoint:
     def client_config(self, base: EndpointConfig | None = None, **overrides: Any) -> EndpointConfig:
         """An `EndpointConfig` for `LLMClient(..., base_url=endpoint.base_url)`; sampling settings from `base`.
 
-        Served and offline models need no key: they get provider `offline`, whose key is a fixed literal."""
+        Served and offline models need no key: they get provider `offline`, whose key is a fixed literal. Checkpoints
+        served here are asked for their token ids and log-probs (`token_ids`; the trajectories keep them)."""
         base = base or EndpointConfig()
         fields: dict[str, Any] = {"model": self.model, "base_url": self.base_url}
+        if self.backend in ("transformers", "vllm"):
+            fields["token_ids"] = True
         if self.api_key_env is None:
             fields["provider"] = "offline"
         else:
@@ -152,8 +161,11 @@ def _script(name: str) -> str:
 
 def vllm_command(serving: ServingConfig, checkpoint: str, served_name: str, port: int,
                  host: str = "127.0.0.1") -> list[str]:
+    # --logprobs-mode processed_logprobs: a reply's log-probs are those of the distribution its tokens were drawn from
+    # (after temperature, top-k, top-p), the behaviour policy of the RL update; vLLM's default is the raw model's.
     return [_script("vllm"), "serve", str(checkpoint), "--served-model-name", served_name, "--host", host,
-            "--port", str(port), "--tensor-parallel-size", str(max(1, serving.gpus)), *serving.vllm_args]
+            "--port", str(port), "--tensor-parallel-size", str(max(1, serving.gpus)),
+            "--logprobs-mode", "processed_logprobs", *serving.vllm_args]
 
 
 def transformers_command(serving: ServingConfig, checkpoint: str, served_name: str, scratch: Path,
@@ -403,12 +415,19 @@ class ChatModel:
                           top_k=int(top_k) if top_k and int(top_k) > 0 else None)
         if stops:
             kwargs.update(stop_strings=stops, tokenizer=self.tokenizer)
+        want_logprobs = bool(body.get("logprobs"))
+        if want_logprobs:  # the scores generate sampled from: after temperature, top-k and top-p
+            kwargs.update(return_dict_in_generate=True, output_scores=True)
         input_ids = torch.tensor([ids], device=self.device)
         with torch.inference_mode():
             if body.get("seed") is not None:
                 torch.manual_seed(int(body["seed"]))
             output = self.model.generate(input_ids=input_ids, attention_mask=torch.ones_like(input_ids), **kwargs)
-        new = output[0, len(ids):].tolist()
+            sequences = output.sequences if want_logprobs else output
+            new = sequences[0, len(ids):].tolist()
+            logprobs = None
+            if want_logprobs:
+                logprobs = self._logprobs(new, output.scores)
         finish = "length"
         if new and new[-1] in self.eos_ids:
             finish = "stop"
@@ -423,10 +442,23 @@ class ChatModel:
             "created": int(time.time()),
             "model": self.served_name,
             "choices": [{"index": 0, "message": {"role": "assistant", "content": text}, "finish_reason": finish,
-                         "logprobs": None}],
+                         "logprobs": logprobs,
+                         **({"token_ids": new} if body.get("return_token_ids") else {})}],
             "usage": {"prompt_tokens": prompt_tokens, "completion_tokens": completion_tokens,
                       "total_tokens": prompt_tokens + completion_tokens},
+            **({"prompt_token_ids": ids} if body.get("return_token_ids") else {}),
         }
+
+    def _logprobs(self, new: list[int], scores: Sequence[Any]) -> dict[str, Any]:
+        """OpenAI's `logprobs` of a reply: each sampled token's log-prob under the distribution it was drawn from
+        (generate's processed scores, as vLLM's `--logprobs-mode processed_logprobs`), no alternatives."""
+        import torch
+
+        content = []
+        for token, tok, score in zip(self.tokenizer.convert_ids_to_tokens(new), new, scores, strict=True):
+            lp = float(torch.log_softmax(score[0].float(), dim=-1)[tok])
+            content.append({"token": token, "logprob": lp, "bytes": list(token.encode("utf-8")), "top_logprobs": []})
+        return {"content": content}
 
 
 class _Handler(ChatCompletionsHandler):

@@ -75,10 +75,10 @@ DEFAULTS = load_defaults()
 GPU_PEAK_FLOPS = DEFAULTS["gpu_peak_flops"].value  # peak dense bf16 FLOP/s of one H100 SXM
 TRAIN_MFU = DEFAULTS["train_mfu"].value
 
-# What each constant's `source` stands for in the report ("pilot" and "option" are not in the table).
+# What each constant's `source` stands for in the report ("pilot", "option" and "config" are not in the table).
 SOURCE_NAMES = {"pilot": "pilot run at {results}", "mlgym": "MLGym released runs",
                 "offline": "offline run of config.yaml", "paper": "the paper", "datasheet": "vendor datasheet",
-                "assumption": "assumption", "option": "command-line option"}
+                "assumption": "assumption", "option": "command-line option", "config": "the config"}
 
 MLGYM_TASKS = 13  # MLGym-Bench's 13 tasks, used when the checkout is not at hand
 
@@ -433,7 +433,7 @@ class Constants:
     the default; `used` records each with its source."""
 
     def __init__(self, measured: Measured | None, train_student: str,
-                 options: dict[str, tuple[float, str]] | None = None) -> None:
+                 options: dict[str, tuple[float, str, str]] | None = None) -> None:
         self.used: dict[str, dict[str, Any]] = {}
         self.measured = measured
         self.train_student = train_student
@@ -445,8 +445,7 @@ class Constants:
         if usable and key == "train_tokens_per_s_per_gpu" and m.notes.get("_train_student") != self.train_student:
             usable = False  # another student's throughput says nothing about this one
         if key in self.options:
-            value, note = self.options[key]
-            source = "option"
+            value, source, note = self.options[key]
         elif usable:
             value, source, note = m.values[key], "pilot", m.notes[key]
         else:
@@ -489,10 +488,11 @@ def _reasoning(cfg: GymforgeConfig, c: Constants, option: float | None) -> dict[
     key = "reasoning_per_completion"
     measured = c.measured is not None and key in c.measured.values
     if option is None and not measured and why is None:
-        c.options[key] = (0.0, f"{cfg.llm.teacher.model} is not a reasoning model (by llm.teacher's token_param, "
-                          "reasoning_effort and the model name): no hidden tokens priced; --reasoning-ratio sets it")
+        c.options[key] = (0.0, "config", f"{cfg.llm.teacher.model} is not a reasoning model (by llm.teacher's "
+                          "token_param, reasoning_effort and the model name): no hidden tokens priced; "
+                          "--reasoning-ratio sets it")
     elif option is not None:
-        c.options[key] = (option, "--reasoning-ratio")
+        c.options[key] = (option, "option", "--reasoning-ratio")
     ratio = c(key)
     return {"ratio": ratio, "source": c.used[key]["source"], "reasoning_teacher": why}
 
@@ -796,7 +796,8 @@ def render(report: dict[str, Any], title: str = "") -> str:
         lines.append(f"  WARNING: {warning}")
     lines.append("")
     lines.append("constants (pilot: measured in the pilot run; mlgym: MLGym's released runs; offline: the offline run "
-                 "of config.yaml; paper; datasheet; assumption; option: given on the command line):")
+                 "of config.yaml; paper; datasheet; assumption; option: given on the command line; config: follows from the "
+                 "config):")
     for key, u in report["constants"].items():
         value = u["value"]
         shown = "n/a" if not math.isfinite(value) else f"{value:,.4g}" if abs(value) < 1000 else f"{value:,.0f}"
