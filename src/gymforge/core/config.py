@@ -465,6 +465,10 @@ class RLConfig(_Strict):
     epochs: int = Field(1, ge=1, description="Passes over an iteration's samples.")
     minibatches: int = Field(1, ge=1, description="Optimizer steps per pass (the samples split evenly).")
     clip_eps: float = Field(0.2, gt=0, description="PPO/GRPO ratio clip.")
+    is_cap: float = Field(2.0, ge=1, description="Cap of the truncated importance weight min(p_trainer / q_sampler, "
+                          "is_cap) that corrects the sampler/trainer mismatch of replies with sampled tokens.")
+    mismatch_threshold: float = Field(0.1, gt=0, description="curve.json's `mismatch_share_over`: the share of reply "
+                                      "tokens whose trainer and sampler log-probs differ by more than this.")
     kl_coef: float = Field(0.04, ge=0, description="Weight of the KL penalty to the SFT reference (k3 estimator).")
     max_grad_norm: float = Field(1.0, gt=0)
     duration_aware: bool = Field(True, description="Weight each action's loss by its execution time, normalised to "
@@ -492,10 +496,6 @@ class RLConfig(_Strict):
 
 class ReferenceSftConfig(_Strict):
     """The reference SFT that verification runs on a post-training task to show headroom (docs/post-training.md)."""
-    is_cap: float = Field(2.0, ge=1, description="Cap of the truncated importance weight min(p_trainer / q_sampler, "
-                          "is_cap) that corrects the sampler/trainer mismatch of replies with sampled tokens.")
-    mismatch_threshold: float = Field(0.1, gt=0, description="curve.json's `mismatch_share_over`: the share of reply "
-                                      "tokens whose trainer and sampler log-probs differ by more than this.")
 
     steps: int = Field(10, ge=1, description="Optimizer steps (TRL SFTTrainer, constant learning rate).")
     learning_rate: float = Field(2e-4, gt=0)
