@@ -282,6 +282,16 @@ class TrajectoryStep(BaseModel):
     limit: str | None = None  # the sandbox limit that stopped the command, in words
     flags: list[Flag] = Field(default_factory=list)  # suspicious-action flags of this step
     format_errors: list[dict[str, str]] = Field(default_factory=list)  # rejected replies: {"response", "error"}
+    # Served models only: the sampled tokens of each reply of this step, rejected ones first, then the accepted one
+    # (`gymforge.core.tokens`; None for a reply whose endpoint returned no ids). Absent in older trajectories.
+    tokens: list[TokenRecord | None] | None = None
+
+    @model_serializer(mode="wrap")
+    def _without_absent_tokens(self, handler: Any) -> dict[str, Any]:
+        data = handler(self)
+        if data.get("tokens", 0) is None:  # steps of teachers and external APIs keep MLGym's keys only
+            del data["tokens"]
+        return data
 
 
 class Trajectory(BaseModel):  # the `.traj` file (gymforge.agent.trajectory reads and writes it)
@@ -326,16 +336,6 @@ class RolloutRecord(BaseModel):
     baseline: dict[str, float] | None = Field(None, description="The task's baseline metrics the agent was shown.")
     fingerprint: str = Field(description="Hash of what determines this rollout (config sections + verified task).")
     wall_s: float
-    # Served models only: the sampled tokens of each reply of this step, rejected ones first, then the accepted one
-    # (`gymforge.core.tokens`; None for a reply whose endpoint returned no ids). Absent in older trajectories.
-    tokens: list[TokenRecord | None] | None = None
-
-    @model_serializer(mode="wrap")
-    def _without_absent_tokens(self, handler: Any) -> dict[str, Any]:
-        data = handler(self)
-        if data.get("tokens", 0) is None:  # steps of teachers and external APIs keep MLGym's keys only
-            del data["tokens"]
-        return data
     trajectory: Trajectory
 
 
