@@ -99,7 +99,7 @@ def _client(cfg: GymforgeConfig, spec: ModelSpec, endpoint: Any) -> Any:
             provider="local" if local else "openai", base_url=endpoint.base_url, model=endpoint.model,
             api_key_env=spec.api_key_env, temperature=serving.temperature,
             max_tokens=serving.max_new_tokens if local else cfg.llm.teacher.max_tokens,
-            concurrency=cfg.evaluate.concurrency, price=spec.price, **options)
+            concurrency=cfg.evaluate.concurrency, price=spec.price, token_ids=local, **options)
     return LLMClient(config, stage="evaluate", cache_dir=cfg.cache / "llm", ledger_dir=cfg.results / "llm",
                      budget_usd=cfg.llm.budget_usd, base_url=endpoint.base_url)
 
