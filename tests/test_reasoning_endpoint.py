@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import json
 import socket
+import subprocess
+import sys
 import time
 import urllib.error
 import urllib.request
@@ -13,9 +15,12 @@ from typing import Any
 
 import openai
 import pytest
+import yaml
 from loopback import Answer, LoopbackServer, closed_port_url, completion
+from workflow_copy import copy_workflow
+from workflow_runs import snakemake
 
-from gymforge.core.config import ConfigError, EndpointConfig, GymforgeConfig, Price, validate_config
+from gymforge.core.config import ConfigError, EndpointConfig, GymforgeConfig, Price, load_config, validate_config
 from gymforge.core.job import classify
 from gymforge.core.prompts import render
 from gymforge.llm.client import LLMClient, make_client
@@ -281,3 +286,53 @@ def test_a_closed_port_fails_fast(tmp_path: Path) -> None:
     assert time.monotonic() - t0 < 5.0 and classify(info.value)[0] == "llm_unavailable"
     assert all(e["cost_usd"] == 0.0 for e in done_entries(tmp_path))  # never reached: nothing billed
 
+
+
+# -- the workflow against the reasoning endpoint ---------------------------------------------------------------------
+
+# The teacher settings of a reasoning model, against the offline teacher's reasoning endpoint; with a limit that
+# leaves room for the reasoning (it counts within max_completion_tokens).
+STRICT_TEACHER = {"provider": "offline", "offline_endpoint": "reasoning", "max_tokens": 32000,
+                  "reasoning_effort": "low", **REASONING}
+
+
+def strict_workflow(dest: Path, teacher: dict[str, Any]) -> None:
+    copy_workflow(dest, "rules", "report", "profiles")
+    (dest / "run.yaml").write_text(yaml.safe_dump({"topics": {"n": 2}, "llm": {"teacher": teacher}}))
+
+
+def run_status(workdir: Path) -> dict[str, Any]:
+    out = subprocess.run([sys.executable, "-m", "gymforge", "status", "--json"], cwd=workdir, capture_output=True,
+                         text=True, check=True)
+    return json.loads(out.stdout)
+
+
+@pytest.mark.slow
+def test_snakemake_tasks_runs_against_the_reasoning_endpoint(tmp_path: Path) -> None:
+    """`snakemake tasks` end to end with a reasoning model's settings: every call succeeds, and the reasoning tokens
+    reach the ledger, the cost and `gymforge status`; with today's chat settings the first call is refused."""
+    strict_workflow(tmp_path, STRICT_TEACHER)
+    proc = snakemake(tmp_path, "tasks")
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert len(list((tmp_path / "results" / "tasks").glob("t*/*.json"))) >= 2
+    entries = [e for e in Ledger(tmp_path / "results" / "llm").entries() if e["event"] == "done"]
+    assert len(entries) >= 4 and all(e["ok"] for e in entries)
+    assert all(0 < e["reasoning_tokens"] < e["completion_tokens"] for e in entries)
+    price = load_config(tmp_path / "config.yaml").llm.teacher.price  # the workflow's illustrative prices
+    assert price.output_per_mtok > 0
+    assert sum(e["cost_usd"] for e in entries) == pytest.approx(
+        sum(price.cost(e["prompt_tokens"], e["completion_tokens"]) for e in entries))
+    report = run_status(tmp_path)
+    shown = sum(s["usage"]["reasoning_tokens"] for s in report["stages"].values())
+    assert shown == sum(e["reasoning_tokens"] for e in entries)
+    table = subprocess.run([sys.executable, "-m", "gymforge", "status"], cwd=tmp_path, capture_output=True, text=True,
+                           check=True).stdout
+    assert "reasoning tokens:" in table
+
+    chat = tmp_path / "chat-settings"
+    strict_workflow(chat, {"provider": "offline", "offline_endpoint": "reasoning"})
+    proc = snakemake(chat, "topics")
+    assert proc.returncode != 0
+    [failed] = (chat / "results" / "logs").rglob("*.failed.json")
+    record = json.loads(failed.read_text())
+    assert record["reason_code"] == "llm_rejected" and "Unsupported parameter: 'max_tokens'" in record["reason"]

@@ -33,6 +33,8 @@ def render_table(report: dict, rates: dict[str, tuple[float | None, float | None
             rate, eta = rates.get(name, (None, None))
             row += f" {_fmt_rate(rate):>7} {_fmt_eta(s, eta):>8}"
         lines.append(row)
+        if reasoning := u.get("reasoning_tokens"):
+            lines.append(f"{'':<12}reasoning tokens: {reasoning} (within tokens; billed as output)")
         for code, count in s["discarded"].items():
             lines.append(f"{'':<12}{code}: {count}")
         for code, count in s.get("repaired", {}).items():
