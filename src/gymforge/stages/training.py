@@ -29,9 +29,11 @@ Contracts:
   sample's). An example whose assistant tokens all fall beyond the cut has no loss and is dropped by TRL;
   `TrainReport.examples_trained` counts what remained, `truncated` how many were cut (from the dataset's
   `tokens` column).
-- Precision: `auto` is bf16 on a CUDA GPU that supports it, else fp32. bf16 loads the weights in
-  bfloat16 and trains with bf16 autocast (TRL's recipe for Qwen3); fp16 keeps fp32 weights and uses fp16
-  autocast with loss scaling (fp16 weights cannot be unscaled); fp32 is plain float32. fp16 needs a GPU.
+- Precision: `auto` is bf16 on a CUDA GPU that supports it, else fp32. bf16 computes under bf16 autocast over
+  float32 master weights and AdamW state (`train.master_weights: fp32`, the default; `bf16` loads the weights in
+  bfloat16, where an update smaller than half a bf16 spacing is rounded away: most at lr 1e-5); fp16 keeps fp32
+  weights and uses fp16 autocast with loss scaling (fp16 weights cannot be unscaled); fp32 is plain float32. fp16
+  needs a GPU. The saved model has the master weights' dtype.
 - CPU (`gymforge.student.cpu_training`): TRL's fused LM head projects only the trained positions (off CUDA it
   projects all of them), OpenMP threads sleep at barriers instead of spinning (`OMP_WAIT_POLICY=PASSIVE`, set before
   torch loads, unless set), and torch's threads are the job's cores (`OMP_NUM_THREADS`, else the CPU affinity and
@@ -39,8 +41,14 @@ Contracts:
   more on loaded ones (`bench/student_throughput.py`).
 - Seed: `train.seed`, else the run seed (model init of LoRA adapters, data order, dropout).
 - Atomic output: training writes into the hidden sibling `.<name>.tmp` and renames it to `out` only after
-  everything is written; TRL's own checkpoints are disabled (`save_strategy="no"`). A killed or failed job
-  leaves at most that hidden folder, which the next run removes.
+  everything is written. A killed or failed job leaves at most that hidden folder, which the next run removes, and
+  its resumable checkpoints.
+- Resume (`gymforge.student.resume`): transformers' checkpoints (weights, optimizer, scheduler, RNG states) go to
+  the hidden sibling `.<name>.resume/` every `train.save_steps` steps and every `train.save_minutes` minutes, the
+  newest `train.save_total_limit` kept, none at the last step. A rerun resumes from the newest complete checkpoint of
+  the same run (same settings, seed, base, tokenizer and data) with `resume_from_checkpoint`, skipping the batches
+  already trained, so the weights end as an uninterrupted run's; `metrics.jsonl` keeps the rows logged before the
+  checkpoint. After success the folder is removed: the final model supersedes it.
 - Multi-GPU (`train.gpus > 1`): `launch_command` wraps the same CLI in `accelerate launch` with
   `gymforge/core/accelerate/<strategy>.yaml` (ddp, fsdp: FSDP2 full shard wrapping `Qwen3DecoderLayer`,
   deepspeed: ZeRO-3). Every rank runs `train_student`; only the main process writes files. LoRA adapters are
@@ -69,6 +77,7 @@ from gymforge.core import atomic
 from gymforge.core.config import GymforgeConfig
 from gymforge.core.launch import accelerate_launch
 from gymforge.hub.data import quiet_datasets
+from gymforge.student import resume
 from gymforge.student.base import build_base, train_seed
 from gymforge.core.cpus import cpu_threads
 from gymforge.student.cpu_training import compact_lm_head, prepare_cpu_process, set_cpu_threads
@@ -81,6 +90,7 @@ REPORT = "train_report.json"
 METRICS = "metrics.jsonl"
 LOSS_PLOT = "loss.png"
 ADAPTER_DIR = "_adapter"  # inside the temp folder; removed before the rename
+_NEVER = 2**31 - 1  # save_steps when only timed saves are asked for
 
 
 class TrainReport(BaseModel):
@@ -98,17 +108,24 @@ class TrainReport(BaseModel):
     epochs: float
     first_loss: float | None
     final_loss: float | None
-    mean_loss: float | None = Field(description="Trainer's average training loss over the whole run.")
-    wall_s: float = Field(description="Seconds of the training loop (model loading and saving excluded).")
-    total_s: float = Field(description="Seconds from start to the finished checkpoint.")
+    mean_loss: float | None = Field(description="Trainer's average training loss over the whole run (a resumed "
+                                    "run: over the steps after its checkpoint).")
+    wall_s: float = Field(description="Seconds of the training loop (model loading and saving excluded; a resumed "
+                          "run: its own loop).")
+    total_s: float = Field(description="Seconds from start to the finished checkpoint (a resumed run: its own).")
     train_tokens: int = Field(description="Tokens (prompt and completion, padding excluded) fed to the model, "
-                              "all processes together.")
-    tokens_per_s: float
+                              "all processes together; a resumed run counts those before its checkpoint as logged "
+                              "at or before it.")
+    tokens_per_s: float = Field(description="Tokens this run fed over wall_s.")
+    resumed_from_step: int | None = Field(None, description="The step of the checkpoint this run resumed from "
+                                          "(`gymforge.student.resume`); null: it started from the base.")
     peak_memory_mb: float
     peak_memory_kind: str = Field(description="`cuda_max_allocated` (main process's GPU) or `max_rss` (process).")
     device: str
     world_size: int
     precision: str = Field(description="Resolved precision: bf16, fp16 or fp32.")
+    master_weights: str = Field("float32", description="The dtype of the trained weights and AdamW's state (bf16 "
+                                "computes under autocast over float32 ones unless train.master_weights is bf16).")
     lora: bool
     seed: int
     chat_template: str = Field(description="Where the assistant mask came from: `tokenizer` (its template's generation "
@@ -160,12 +177,18 @@ def lora_config(cfg: GymforgeConfig) -> Any:
                       target_modules=lora.target_modules, task_type="CAUSAL_LM", bias="none")
 
 
+def weights_dtype(cfg: GymforgeConfig, precision: str) -> str:
+    """The dtype the weights (and AdamW's state) are kept in: bfloat16 only for bf16 with `master_weights: bf16`."""
+    return "bfloat16" if precision == "bf16" and cfg.train.master_weights == "bf16" else "float32"
+
+
 def sft_config(cfg: GymforgeConfig, output_dir: Path, precision: str) -> Any:
+    """TRL's settings; `output_dir` is where resumable checkpoints go (`gymforge.student.resume`)."""
     from trl import SFTConfig
 
     t = cfg.train
     seed = train_seed(cfg)
-    dtype = {"bf16": "bfloat16", "fp16": "float32", "fp32": "float32"}[precision]
+    dtype = weights_dtype(cfg, precision)
     with warnings.catch_warnings():
         # transformers 5.2x renames gradient_checkpointing (activation_checkpointing); TRL still sets the old name
         warnings.filterwarnings("ignore", message=".*gradient_checkpointing.*deprecated", category=FutureWarning)
@@ -201,7 +224,11 @@ def _sft_config(SFTConfig: Any, t: Any, output_dir: Path, precision: str, dtype:
         logging_first_step=True,
         report_to="none",
         disable_tqdm=True,
-        save_strategy="no",
+        # resumable checkpoints: transformers saves every save_steps; gymforge.student.resume's callback adds the
+        # timed saves, marks complete checkpoints and removes old ones (so transformers' own rotation is off)
+        save_strategy="steps" if t.save_steps or t.save_minutes else "no",
+        save_steps=t.save_steps or _NEVER,
+        save_total_limit=None,
         eval_strategy="no",
         dataloader_num_workers=0,
         dataloader_pin_memory=_cuda(),
@@ -254,19 +281,30 @@ def _callbacks() -> tuple[type, type]:
                 with self.path.open("a") as fh:
                     fh.write(json.dumps(row) + "\n")
 
+        def resume(self, rows: list[dict[str, Any]]) -> None:
+            """Start from the rows a checkpoint kept; elapsed time goes on from its last row."""
+            self.rows = list(rows)
+            if rows:
+                self.start = time.monotonic() - float(rows[-1].get("elapsed_s") or 0.0)
+            if self.path is not None:
+                self.path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+
     class ProgressCallback(TrainerCallback):
         """`step k/N (p%) loss .. lr .. | elapsed, ETA` lines: at most every 5% or 30 s, plus first and last."""
 
         def __init__(self) -> None:
             self.start = time.monotonic()
+            self.first_step = 0
             self.last_print = 0.0
             self.last_pct = -100.0
             self.loss: float | None = None
 
         def on_train_begin(self, args, state, control, **kwargs):
             self.start = time.monotonic()
+            self.first_step = state.global_step  # a resumed run starts at its checkpoint's step
             if state.is_world_process_zero:
-                log.info("training: %d optimizer steps, %.2f epochs", state.max_steps, args.num_train_epochs)
+                log.info("training: %d optimizer steps, %.2f epochs%s", state.max_steps, args.num_train_epochs,
+                         f", from step {state.global_step}" if state.global_step else "")
 
         def on_log(self, args, state, control, logs=None, **kwargs):
             if logs and "loss" in logs:
@@ -287,7 +325,8 @@ def _callbacks() -> tuple[type, type]:
                 return
             self.last_print, self.last_pct = now, pct
             elapsed = now - self.start
-            eta = elapsed / step * (total - step) if step else float("nan")
+            done = step - self.first_step
+            eta = elapsed / done * (total - step) if done > 0 else float("nan")
             loss = f"{self.loss:.4f}" if self.loss is not None else "-"
             log.info("train step %d/%d (%.0f%%) loss %s | %s elapsed, ETA %s", step, total, pct, loss,
                      _fmt_s(elapsed), _fmt_s(eta))
@@ -437,21 +476,26 @@ def train_student(cfg: GymforgeConfig, dataset: str | Path, base: str | Path, to
     out = Path(out)
     base = str(base)
     tmp = out.parent / f".{out.name}.tmp"
-    args = sft_config(cfg, tmp, resolve_precision(cfg.train.precision))
+    run_dir = resume.resume_dir(out)
+    args = sft_config(cfg, run_dir, resolve_precision(cfg.train.precision))
     state = args.distributed_state  # under `accelerate launch` / torchrun this has joined the process group
+    key = resume.run_key(cfg, dataset, base, tokenizer, state.num_processes)
     if state.is_main_process:
         out.parent.mkdir(parents=True, exist_ok=True)
         shutil.rmtree(tmp, ignore_errors=True)  # a killed run's leftovers
         tmp.mkdir()
+        resume.discard_unusable(run_dir, key)
     state.wait_for_everyone()
+    checkpoint = resume.newest_complete(run_dir, key)
     try:
         with quiet_progress():
-            report = _train_into(cfg, dataset, base, tokenizer, tmp, args, t0, callbacks)
+            report = _train_into(cfg, dataset, base, tokenizer, tmp, args, t0, callbacks, key, checkpoint)
         state.wait_for_everyone()
         if state.is_main_process:
             if out.exists():
                 shutil.rmtree(out)
             os.replace(tmp, out)
+            shutil.rmtree(run_dir, ignore_errors=True)  # the finished model supersedes its checkpoints
             log.info("%s: %d steps, loss %s -> %s, %.0f tokens/s, %s", out, report.steps, report.first_loss,
                      report.final_loss, report.tokens_per_s, _fmt_s(report.total_s))
         state.wait_for_everyone()
@@ -459,11 +503,17 @@ def train_student(cfg: GymforgeConfig, dataset: str | Path, base: str | Path, to
     except BaseException:
         if state.is_main_process:
             shutil.rmtree(tmp, ignore_errors=True)
+            newest = resume.newest_complete(run_dir, key)
+            if newest is not None:
+                log.warning("kept %s: a rerun resumes from it", newest)
+            elif run_dir.is_dir():
+                shutil.rmtree(run_dir, ignore_errors=True)
         raise
 
 
 def _train_into(cfg: GymforgeConfig, dataset_dir: str | Path, base: str, tokenizer_dir: str | Path, tmp: Path,
-                args: Any, t0: float, extra_callbacks: Iterable[Any]) -> TrainReport:
+                args: Any, t0: float, extra_callbacks: Iterable[Any], key: str,
+                checkpoint: Path | None) -> TrainReport:
     import torch
 
     state = args.distributed_state
@@ -472,14 +522,25 @@ def _train_into(cfg: GymforgeConfig, dataset_dir: str | Path, base: str, tokeniz
     MetricsCallback, ProgressCallback = _callbacks()
     dataset = load_sft_dataset(dataset_dir)
     metrics = MetricsCallback(tmp / METRICS if state.is_main_process else None)
-    trainer = build_trainer(cfg, dataset, base, tokenizer_dir, tmp,
-                            callbacks=[metrics, ProgressCallback(), *extra_callbacks], args=args)
+    callbacks = [metrics, ProgressCallback(), *extra_callbacks]
+    t = cfg.train
+    if t.save_steps or t.save_minutes:
+        callbacks.append(resume.checkpoint_callback(Path(args.output_dir), key, t.save_total_limit, t.save_minutes,
+                                                    lambda: metrics.rows))
+    trainer = build_trainer(cfg, dataset, base, tokenizer_dir, tmp, callbacks=callbacks, args=args)
     tokenizer = trainer.processing_class
     precision = resolve_precision(cfg.train.precision)
+    resumed_tokens = 0
+    if checkpoint is not None:
+        metrics.resume(resume.resumed_rows(checkpoint))
+        resumed_tokens = next((r["tokens"] for r in reversed(metrics.rows) if r["tokens"] is not None), 0)
+        trainer._total_train_tokens = resumed_tokens  # TRL's running count, which the log rows carry
+        if state.is_main_process:
+            log.info("resuming from %s", checkpoint)
     if torch.cuda.is_available():
         torch.cuda.reset_peak_memory_stats()
     start = time.monotonic()
-    result = trainer.train()
+    result = trainer.train(resume_from_checkpoint=str(checkpoint) if checkpoint is not None else None)
     wall = time.monotonic() - start
     peak, peak_kind = _peak_memory()
 
@@ -489,7 +550,7 @@ def _train_into(cfg: GymforgeConfig, dataset_dir: str | Path, base: str, tokeniz
         trainer.save_model(str(adapter))  # gathers the adapter weights on every strategy
         state.wait_for_everyone()
         if state.is_main_process:
-            dtype = "bfloat16" if precision == "bf16" else "float32"
+            dtype = weights_dtype(cfg, precision)
             if state.num_processes > 1:
                 code = "import sys; from gymforge.stages.training import merge_lora; merge_lora(*sys.argv[1:])"
                 subprocess.run([sys.executable, "-c", code, base, str(adapter), str(tmp), dtype], check=True,
@@ -503,6 +564,7 @@ def _train_into(cfg: GymforgeConfig, dataset_dir: str | Path, base: str, tokeniz
 
     rows = metrics.rows
     tokens = int(getattr(trainer, "_total_train_tokens", 0) or (rows[-1]["tokens"] if rows else 0) or 0)
+    new_tokens = tokens - resumed_tokens
     lengths = dataset["tokens"] if "tokens" in dataset.column_names else None
     mean_loss = result.training_loss
     report = TrainReport(
@@ -512,9 +574,12 @@ def _train_into(cfg: GymforgeConfig, dataset_dir: str | Path, base: str, tokeniz
         epochs=round(float(trainer.state.epoch or 0), 4),
         first_loss=rows[0]["loss"] if rows else None, final_loss=rows[-1]["loss"] if rows else None,
         mean_loss=float(mean_loss) if mean_loss is not None and math.isfinite(mean_loss) else None,
-        wall_s=round(wall, 3), total_s=0.0, train_tokens=tokens, tokens_per_s=round(tokens / wall, 1) if wall else 0.0,
+        wall_s=round(wall, 3), total_s=0.0, train_tokens=tokens,
+        tokens_per_s=round(new_tokens / wall, 1) if wall else 0.0,
+        resumed_from_step=int(checkpoint.name.rsplit("-", 1)[1]) if checkpoint is not None else None,
         peak_memory_mb=round(peak, 1), peak_memory_kind=peak_kind, device=str(trainer.args.device),
-        world_size=state.num_processes, precision=precision, lora=lora, seed=train_seed(cfg),
+        world_size=state.num_processes, precision=precision, master_weights=weights_dtype(cfg, precision),
+        lora=lora, seed=train_seed(cfg),
         chat_template=check_chat_template(tokenizer, cfg.train.student), config=cfg.train.model_dump(mode="json"),
         versions=_versions(),
     )
