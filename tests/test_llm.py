@@ -106,7 +106,7 @@ def test_client_errors_raise_at_once(tmp_path: Path, loopback: LoopbackServer, c
         llm.chat(HI)
     assert loopback.count == 1 and retries(caplog) == 0
     assert f"endpoint {loopback.url} model loopback-model" in info.value.__notes__[0]
-    assert not list((tmp_path / "cache").rglob("*.json"))  # failures are not cached
+    assert not list((tmp_path / "cache").rglob("*.json*"))  # failures are not cached (no pack, no file)
 
 
 @pytest.mark.parametrize("budget", [1.08, 2.0])
@@ -226,7 +226,7 @@ def test_make_client_wires_config(tmp_path: Path, loopback: LoopbackServer, monk
         assert llm.base_url == loopback.url and llm.budget_usd == 3.0 and asked == ["chat"]
         llm.chat(HI)
     assert loopback.requests[0]["headers"]["authorization"] == "Bearer offline"
-    assert len(list((tmp_path / "cache" / "llm").rglob("*.json"))) == 1
+    assert len(list((tmp_path / "cache" / "llm").rglob("*.json*"))) == 1
     assert Ledger(tmp_path / "results" / "llm").totals()["topics"]["calls"] == 1
 
 

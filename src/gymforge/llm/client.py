@@ -57,11 +57,12 @@ from tenacity import (
     wait_random_exponential,
 )
 
-from gymforge.core import atomic, plugins
+from gymforge.core import plugins
 from gymforge.core.config import EndpointConfig, GymforgeConfig
 from gymforge.core.tokens import Sampled, from_response
 from gymforge.core import job
 from gymforge.core.job import current_job as _job
+from gymforge.llm.cache import ResponseCache
 from gymforge.llm.ledger import Admission, BudgetExceeded, Ledger
 
 __all__ = ["BudgetExceeded", "ChatResult", "LLMClient", "MalformedResponse", "ToolCall", "Usage", "is_transient",
@@ -253,6 +254,7 @@ class LLMClient:
         self.endpoint = endpoint
         self.stage = stage
         self.cache_dir = Path(cache_dir)
+        self._cache = ResponseCache(self.cache_dir, stage)
         self.ledger = Ledger(ledger_dir)
         self.budget_usd = budget_usd
         self.base_url = base_url or endpoint.base_url or os.environ.get("OPENAI_BASE_URL")
@@ -525,14 +527,8 @@ class LLMClient:
             params["extra_body"] = {**params.get("extra_body", {}), "return_token_ids": True}
         return _Call(key, params, _canonical([messages, tools]), max_tokens)
 
-    def _cache_path(self, key: str) -> Path:
-        return self.cache_dir / key[:2] / f"{key}.json"
-
     def _cache_get(self, call: _Call) -> ChatResult | None:
-        path = self._cache_path(call.key)
-        try:
-            stored = json.loads(path.read_text())
-        except (FileNotFoundError, json.JSONDecodeError):
+        if (stored := self._cache.get(call.key)) is None:
             return None
         result = ChatResult(**stored, cost_usd=0.0, cached=True)
         self.ledger.log({
@@ -544,8 +540,7 @@ class LLMClient:
         return result
 
     def _cache_put(self, call: _Call, result: ChatResult) -> None:
-        # Atomic rename: concurrent writers of the same key race harmlessly, readers never see half a file.
-        atomic.write_json(self._cache_path(call.key), result.model_dump(exclude={"cost_usd", "cached"}))
+        self._cache.put(call.key, result.model_dump(exclude={"cost_usd", "cached"}))  # the job's pack (llm.cache)
 
     def _timeout(self) -> Timeout:
         # A short connect timeout: an unreachable endpoint fails fast; a reply may still take timeout_s.

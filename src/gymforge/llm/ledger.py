@@ -11,11 +11,16 @@ escapes the log or the budget.
 A reservation is a realistic estimate (prompt estimate plus the stage's mean reply, capped by
 `max_tokens`); the admission rule keeps the upper bounds of everything in flight within the budget by
 lowering a request's `max_tokens` when needed, so actual spend never exceeds `llm.budget_usd`.
+
+All of it rests on one flock held by every process of the run: a ledger checks at start that its directory's mount
+gives that (`check_locks`; on a cluster, flock must hold across nodes: docs/operations.md).
 """
 
 from __future__ import annotations
 
+import functools
 import json
+import logging
 import math
 import os
 import socket
@@ -28,9 +33,11 @@ from typing import Any
 
 from filelock import FileLock
 
-from gymforge.core import atomic
+from gymforge.core import atomic, sharedfs
 from gymforge.core.procs import pid_alive
 from gymforge.core.config import Price
+
+log = logging.getLogger(__name__)
 
 # Tokens per prompt character: the estimate before a stage has settled a call, and the upper bound's floor.
 PROMPT_RATIO = 0.25
@@ -64,6 +71,34 @@ def _now() -> str:
     return datetime.now(UTC).isoformat(timespec="milliseconds")
 
 
+SINGLE_NODE_ENV = "GYMFORGE_SINGLE_NODE"
+
+
+class LedgerLockError(RuntimeError):
+    """The ledger's directory cannot give the run's processes one lock, so the budget would not hold."""
+
+    reason_code = "ledger_lock"
+
+
+@functools.cache
+def check_locks(ledger_dir: Path) -> sharedfs.MountLocks:
+    """The check at start: the ledger's lock must hold for every process of the run. Fails when flock does not
+    work there at all, and inside a SLURM job (whose run has jobs on other nodes) when the mount's locks are per
+    node (Lustre `localflock`, NFS `local_lock`), unless GYMFORGE_SINGLE_NODE=1 says every job runs on one node."""
+    found = sharedfs.lock_mount(ledger_dir)
+    where = f"{ledger_dir} is on {found.mount_point} ({found.fstype}): {found.why}"
+    if found.state == "broken":
+        raise LedgerLockError(f"the LLM ledger needs flock on its directory: {where}")
+    on_cluster = "SLURM_JOB_ID" in os.environ and os.environ.get(SINGLE_NODE_ENV) != "1"
+    if found.state == "per_node" and on_cluster:
+        raise LedgerLockError(
+            f"the LLM budget needs locks that hold across nodes, and {where}. Put results_dir on a mount with "
+            f"cluster-wide flock (Lustre: mount -o flock), or run every job on one node and set {SINGLE_NODE_ENV}=1")
+    if found.state == "unknown" and on_cluster:
+        log.warning("LLM ledger: %s; the budget holds only if its locks are cluster-wide", where)
+    return found
+
+
 @dataclass(frozen=True)
 class Admission:
     """A reserved attempt: its ledger id and the `max_tokens` it may send (lowered to fit the budget)."""
@@ -80,6 +115,7 @@ class Ledger:
         self.dir.mkdir(parents=True, exist_ok=True)
         self.calls_path = self.dir / "calls.jsonl"
         self.spend_path = self.dir / "spend.json"
+        check_locks(self.dir)
         self._lock = FileLock(str(self.dir / "ledger.lock"))
 
     # -- spend.json -------------------------------------------------------------------------------
