@@ -304,3 +304,34 @@ def test_smollm2_replies_train_on_their_sampled_ids(tmp_path: Path, monkeypatch:
     assert stats["replies"] == 9 and stats["update_equals_sampled"] == 9
     assert stats["retokenized_differs_strict"] > 0  # e.g. a reply cut at max_tokens gets an <|im_end|> it never sampled
     assert all(isinstance(r, TokenRecord) for t in trajs for s in t.trajectory for r in s.tokens or [])
+
+
+@pytest.mark.slow
+def test_export_carries_ids_logprobs_and_masks_as_trl_and_verl_read_them(served_tiny: Endpoint, tmp_path: Path) -> None:
+    import datasets
+
+    from gymforge.tools.export_tokens import export_tokens
+
+    trajs = run_episodes(served_tiny, tmp_path / "episodes", 2, temperature=1.0, max_tokens=12, retries=1)
+    results = tmp_path / "results"
+    # one RL episode and one benchmark run, where train_rl and evaluate_task keep them
+    rl_dir = results / "rl" / "tiny" / ".work" / "trajectories" / "i0000-t0001-e0"
+    run_dir = results / "scores" / "runs" / "tiny" / "tok-task" / "tiny__tok-task__run0"
+    for folder, traj in ((rl_dir, trajs[0]), (run_dir, trajs[1])):
+        folder.mkdir(parents=True)
+        (folder / "tok-task.traj").write_text(traj.model_dump_json())
+    (results / "rl" / "tiny" / ".work" / "episodes").mkdir()
+    (results / "rl" / "tiny" / ".work" / "episodes" / "iteration_0000.json").write_text(json.dumps(
+        [{"episode_id": "i0000-t0001-e0", "reward": -1.0, "advantage": -0.5}]))
+    stats = export_tokens(results, tmp_path / "export")
+    assert stats["by_source"] == {"rl": 2, "benchmark": 2}  # 2 malformed replies per episode
+    ds = datasets.load_dataset(str(tmp_path / "export"), split="train")
+    want = [s for t in trajs for s in reply_tokens(t)]
+    assert [r["prompt_ids"] for r in ds] == [s.prompt_ids for s in want]
+    assert [r["completion_ids"] for r in ds] == [s.ids for s in want]
+    assert [r["logprobs"] for r in ds] == [pytest.approx(s.logprobs) for s in want]
+    assert all(r["env_mask"] == [1] * len(r["completion_ids"]) and r["rejected"] for r in ds)
+    assert [(r["source"], r["iteration"], r["advantage"]) for r in ds][:2] == [("rl", 0, -0.5)] * 2
+    # TRL's rollout_func hands back exactly these keys per sample
+    assert {"prompt_ids", "completion_ids", "logprobs", "env_mask"} <= set(ds.column_names)
+    assert "rollout_log_probs" in (tmp_path / "export" / "README.md").read_text()  # verl's names, in the card

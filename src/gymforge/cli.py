@@ -136,6 +136,7 @@ TOOLS: dict[str, str] = {
     "import-trajectories": "gymforge.tools.import_trajectories:main",
     "aup": "gymforge.benchmark.aup:main",
     "export-sft": "gymforge.tools.import_trajectories:export_main",
+    "export-tokens": "gymforge.tools.export_tokens:main",
     "status": "gymforge.tools.status:main",
     "show-task": "gymforge.tools.show:task_main",
     "show-trajectory": "gymforge.tools.show:trajectory_main",
@@ -201,6 +202,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--out", default=None, help="also write the CSV here")
 
     p = command("export-sft", _run_tool, "export the SFT dataset as a folder for load_dataset / push_to_hub")
+    p.add_argument("dir")
+    p.add_argument("--results", default=None, help="results directory (default: results_dir of --config)")
+
+    p = command("export-tokens", _run_tool, "export served models' replies as token ids, log-probs and masks "
+                "(RL data for TRL / verl)")
     p.add_argument("dir")
     p.add_argument("--results", default=None, help="results directory (default: results_dir of --config)")
 

@@ -113,8 +113,9 @@ class EpisodePlan:
 
 
 async def run_episodes(runner: Any, llm: Any, plans: list[EpisodePlan], *, max_steps: int, concurrency: int,
-                       work: Path) -> list[tuple[EpisodePlan, Any, float]]:
-    """Every planned episode, `concurrency` at a time: (plan, trajectory or None when it crashed, wall seconds)."""
+                       work: Path, keep: Path | None = None) -> list[tuple[EpisodePlan, Any, float]]:
+    """Every planned episode, `concurrency` at a time: (plan, trajectory or None when it crashed, wall seconds).
+    `keep`: each episode's `.traj` (with its sampled tokens) is written to `keep/<episode id>/` for the exports."""
     import time
 
     slots = asyncio.Semaphore(concurrency)
@@ -127,7 +128,7 @@ async def run_episodes(runner: Any, llm: Any, plans: list[EpisodePlan], *, max_s
                 # per process: a killed job can leave an episode's workspace (and its mounts) behind
                 traj = await runner.run(
                     llm, plan.task_yaml, root=plan.root, run_dir=work / f"{plan.episode_id}-{os.getpid()}",
-                    max_steps=max_steps,
+                    max_steps=max_steps, out_dir=keep / plan.episode_id if keep is not None else None,
                     seed=plan.seed, baseline=plan.task.baseline, hidden_columns=plan.task.hidden_columns,
                     meta={"stage": "rl", "slot": plan.task.slot, "episode": plan.episode_id,
                           "improve": plan.improve})

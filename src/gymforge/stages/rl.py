@@ -60,6 +60,7 @@ from gymforge.tasks.episode import EpisodeRunner
 log = logging.getLogger("gymforge.rl")
 
 STATE = "state.json"
+TRAJECTORIES = "trajectories"  # under .work/: each episode's .traj with its sampled tokens (`gymforge export-tokens`)
 
 
 def work_dir(checkpoint_out: Path) -> Path:
@@ -135,7 +136,7 @@ def serve_and_collect(cfg: GymforgeConfig, policy_dir: Path, iteration: int, pla
         async def go() -> list[tuple[Any, Any, float]]:
             try:
                 return await run_episodes(runner, llm, plans, max_steps=rl.max_steps, concurrency=rl.concurrency,
-                                          work=work / "episodes")
+                                          work=work / "episodes", keep=work / TRAJECTORIES)
             finally:
                 await llm.aclose()
 

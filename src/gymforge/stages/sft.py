@@ -526,6 +526,10 @@ observations were shown in full. Train with the loss on assistant tokens only.
 Metadata columns: `slot`, `task`, `rollout`, `seed`, `teacher`, `exit_status`, `metric`, `score` (last score
 entry), `scores` (JSON list of every score entry), `tokens`, `turns`, `source`, `unit`, `reply`.
 
+The rows are text in TRL's conversational format, not token ids: a teacher's reply is the teacher's text, not the
+student's tokens, so the student's tokenizer and chat template encode it when training (tokens that a model sampled
+are exported with their ids and log-probs by `gymforge export-tokens`, for RL).
+
 ## Teacher
 
 {% for m in stats.teacher %}`{{ m }}`{{ ', ' if not loop.last }}{% else %}none{% endfor %}
