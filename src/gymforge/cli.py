@@ -144,6 +144,7 @@ TOOLS: dict[str, str] = {
     "run-task": "gymforge.tools.run_task:main",
     "check-task": "gymforge.tools.check_task:main",
     "schemas": "gymforge.tools.schemas:main",
+    "preflight": "gymforge.tools.preflight:main",
 }
 
 
@@ -277,6 +278,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--sandbox", choices=["local", "docker"], default="local")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--gpus", type=int, default=None, help="GPUs for LM tasks (default: detect)")
+
+    p = command("preflight", _run_tool, "check what this node allows before jobs run here (a compute node): the sandbox "
+                "without root, cgroups, CUDA under the sandbox's limits, network only where it should be, the "
+                "ledger's locks; one line per check, exit 1 when one fails")
+    p.add_argument("--json", action="store_true")
 
     p = command("teacher-server", _cmd_teacher_server, "serve the offline teacher as an OpenAI-compatible endpoint", config=False)
     p.add_argument("--host", default="127.0.0.1")
