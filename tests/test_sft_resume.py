@@ -207,3 +207,60 @@ def test_bf16_training_keeps_small_updates_with_fp32_master_weights(tiny: Path, 
     start = base[name].to(trained[name].dtype)  # the weights as loaded (bf16 ones: rounded)
     moved = (trained[name] != start).float().mean().item()
     assert moved_at_least <= moved <= moved_at_most, moved
+
+
+# ---- several processes ----------------------------------------------------------------------------------------
+
+RANK = """
+import json, sys
+from gymforge.core.config import GymforgeConfig
+from gymforge.stages import training
+from transformers import TrainerCallback
+
+class Preempted(TrainerCallback):
+    def on_step_end(self, args, state, control, **kwargs):
+        if state.global_step == int(sys.argv[6]):
+            raise RuntimeError("preempted")
+
+cfg = GymforgeConfig.model_validate(json.loads(sys.argv[1]))
+report = training.train_student(cfg, *sys.argv[2:6], callbacks=[Preempted()])
+print("REPORT", report.model_dump_json())
+"""
+
+
+def _two_ranks(cfg, inputs: list[str], out: Path, fail_at: int) -> list[tuple[int, str]]:
+    """`train_student` on two CPU processes (one gloo group, as `accelerate launch` starts them)."""
+    from gymforge.llm.serving import free_port
+
+    group = {"WORLD_SIZE": "2", "LOCAL_WORLD_SIZE": "2", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(free_port()),
+             "OMP_NUM_THREADS": "1"}
+    procs = [subprocess.Popen([sys.executable, "-c", RANK, cfg.model_dump_json(), *inputs, str(out), str(fail_at)],
+                              env={**os.environ, **group, "RANK": str(r), "LOCAL_RANK": str(r)},
+                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True) for r in range(2)]
+    return [(p.wait(timeout=300), p.communicate()[0]) for p in procs]
+
+
+@pytest.mark.heavy  # three launches of two processes: 62 s each on the 2-core machine at load 12, ~50 s of it imports
+def test_two_processes_save_together_and_resume(tiny: Path, tmp_path: Path) -> None:
+    """Timed saves on two processes (the main one decides when, both save at that step), a failure, then a rerun
+    on two processes resuming to the weights of an uninterrupted two-process run."""
+    import torch
+
+    cfg = make_cfg(epochs=3.0, save_steps=None, save_minutes=1e-6)  # a save after every step; 2 steps an epoch
+    out = tmp_path / "ranks" / "tiny-qwen3"
+    failed = _two_ranks(cfg, _inputs(tiny), out, fail_at=3)
+    assert all(rc != 0 and "preempted" in text for rc, text in failed), failed[0][1][-3000:]
+    run_dir = resume.resume_dir(out)
+    assert sorted(p.name for p in run_dir.glob("checkpoint-*")) == ["checkpoint-1", "checkpoint-2"]
+    assert resume.newest_complete(run_dir, resume.run_key(cfg, *_inputs(tiny), 2)).name == "checkpoint-2"
+    done = _two_ranks(cfg, _inputs(tiny), out, fail_at=0)
+    assert [rc for rc, _ in done] == [0, 0], done[0][1][-3000:] + done[1][1][-3000:]
+    report = json.loads(done[0][1].split("REPORT ", 1)[1].splitlines()[0])
+    assert report["resumed_from_step"] == 2 and report["steps"] == 6 and report["world_size"] == 2
+    assert not run_dir.exists()
+    clean = tmp_path / "clean" / "tiny-qwen3"
+    uninterrupted = _two_ranks(make_cfg(epochs=3.0, save_steps=None, save_minutes=None), _inputs(tiny), clean, 0)
+    assert [rc for rc, _ in uninterrupted] == [0, 0], uninterrupted[0][1][-3000:]
+    resumed, reference = _weights(out), _weights(clean)
+    for name, weight in reference.items():
+        torch.testing.assert_close(resumed[name], weight, rtol=1e-5, atol=1e-6, msg=name)
