@@ -10,7 +10,7 @@ import pytest
 from loopback import LoopbackServer
 
 from gymforge.core import sharedfs
-from gymforge.core.config import EndpointConfig
+from gymforge.core.config import EndpointConfig, GymforgeConfig
 from gymforge.core.job import JOB_LOG_ENV
 from gymforge.llm import ledger as ledger_mod
 from gymforge.llm.client import LLMClient
@@ -119,3 +119,41 @@ def test_the_ledger_refuses_a_directory_without_flock(tmp_path: Path, monkeypatc
     with pytest.raises(ledger_mod.LedgerLockError, match="noflock"):
         ledger_mod.Ledger(tmp_path / "llm")
     ledger_mod.check_locks.cache_clear()
+
+
+def test_status_reads_the_ledger_without_its_lock_and_writes_nothing(tmp_path: Path) -> None:
+    """While a job holds the run's ledger lock (a slow file system, a stuck process), `gymforge status` still
+    answers, from the log as it is, and leaves the results directory as it found it."""
+    import subprocess
+    import sys
+    import time
+
+    from gymforge.core.config import Price
+
+    results = tmp_path / "results"
+    ledger = ledger_mod.Ledger(results / "llm")
+    price = Price(input_per_mtok=1.0, output_per_mtok=2.0)
+    admitted = ledger.admit(stage="topics", prompt_chars=400, max_tokens=100, price=price, budget_usd=5.0,
+                            meta={"job": "topics/b0000"})
+    ledger.settle(admitted.id, {"stage": "topics", "job": "topics/b0000", "ok": True, "cost_usd": 0.0003,
+                                "prompt_tokens": 100, "completion_tokens": 100, "cost_basis": "usage"})
+    (results / "config.json").write_text(GymforgeConfig.model_validate({"llm": {"budget_usd": 5.0}}).model_dump_json())
+    before = {p: p.stat().st_mtime_ns for p in results.rglob("*")}
+    holder = subprocess.Popen([sys.executable, "-c", "import sys, time; from filelock import FileLock; "
+                               "FileLock(sys.argv[1]).acquire(); print('held', flush=True); time.sleep(120)",
+                               str(results / "llm" / "ledger.lock")], stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        t0 = time.monotonic()
+        r = subprocess.run([sys.executable, "-m", "gymforge", "status", "--results", str(results), "--json"],
+                           capture_output=True, text=True, timeout=60)
+        took = time.monotonic() - t0
+    finally:
+        holder.kill()
+        holder.wait()
+    assert r.returncode == 0, r.stderr
+    report = json.loads(r.stdout)
+    assert report["llm"]["requests_sent"] == 1 and report["stages"]["topics"]["usage"]["calls"] == 1
+    assert report["llm"]["budget"]["spent_usd"] == pytest.approx(0.0003)
+    assert took < 30  # it did not wait for the lock (held for 120 s)
+    assert {p: p.stat().st_mtime_ns for p in results.rglob("*")} == before

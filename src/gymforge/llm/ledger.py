@@ -18,6 +18,7 @@ gives that (`check_locks`; on a cluster, flock must hold across nodes: docs/oper
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import json
 import logging
@@ -110,18 +111,27 @@ class Admission:
 
 
 class Ledger:
-    def __init__(self, ledger_dir: str | Path) -> None:
+    def __init__(self, ledger_dir: str | Path, *, read_only: bool = False) -> None:
+        """`read_only`: a reader (`gymforge status`) that never takes the run's lock and writes nothing: it reads
+        the log and the spend file as they are (both only ever replaced or appended whole lines), and counts the
+        requests of this host's killed processes as spent at their bound without booking them."""
         self.dir = Path(ledger_dir)
-        self.dir.mkdir(parents=True, exist_ok=True)
+        self.read_only = read_only
         self.calls_path = self.dir / "calls.jsonl"
         self.spend_path = self.dir / "spend.json"
-        check_locks(self.dir)
+        if not read_only:
+            self.dir.mkdir(parents=True, exist_ok=True)
+            check_locks(self.dir)
         self._lock = FileLock(str(self.dir / "ledger.lock"))
+
+    def _locked(self) -> FileLock | contextlib.nullcontext:
+        return contextlib.nullcontext() if self.read_only else self._lock
 
     # -- spend.json -------------------------------------------------------------------------------
 
-    def _read_spend(self) -> dict[str, Any]:
-        """The spend file with the reservations of dead processes booked (call with the lock held)."""
+    def _read_spend(self, booked: list[dict[str, Any]] | None = None) -> dict[str, Any]:
+        """The spend file with the reservations of dead processes booked (call with the lock held); read-only, the
+        `done` lines they would get go to `booked` instead of the log."""
         spend: dict[str, Any] = {"spent_usd": 0.0, "reservations": {}, "stats": {}}
         if self.spend_path.exists():
             spend.update(json.loads(self.spend_path.read_text()))
@@ -133,13 +143,13 @@ class Ledger:
             del spend["reservations"][token]
             bound = r.get("bound_usd", r.get("usd", 0.0))
             spend["spent_usd"] += bound
-            self._append({
+            (booked.append if self.read_only and booked is not None else self._append)({
                 "event": "done", "id": token, "call": r.get("call"), "attempt": r.get("attempt", 1),
                 "stage": r.get("stage"), "job": r.get("job"), "model": r.get("model"), "endpoint": r.get("endpoint"),
                 "cached": False, "ok": False, "error": KILLED, "http_status": None, "transient": True,
                 "prompt_tokens": 0, "completion_tokens": 0, "cost_usd": bound, "cost_basis": "upper_bound",
             })
-        if dead:
+        if dead and not self.read_only:
             atomic.write_json(self.spend_path, spend)
         return spend
 
@@ -247,8 +257,9 @@ class Ledger:
 
     def entries(self) -> list[dict[str, Any]]:
         """Every line of the log; lines of the older format (one per finished call) read as `done`."""
-        with self._lock:
-            self._read_spend()  # books requests of killed processes first
+        booked: list[dict[str, Any]] = []
+        with self._locked():
+            self._read_spend(booked)  # books requests of killed processes first
             if not self.calls_path.exists():
                 return []
             out = []
@@ -256,13 +267,13 @@ class Ledger:
                 try:
                     e = json.loads(line)
                 except ValueError:
-                    continue  # a line cut by a crash mid-write (never one this code writes)
+                    continue  # a line cut by a crash mid-write, or (read-only) one being appended right now
                 e.setdefault("event", "cached" if e.get("cached") else "done")
                 out.append(e)
-            return out
+            return out + booked
 
     def budget(self, budget_usd: float) -> dict[str, float | int]:
-        with self._lock:
+        with self._locked():
             spend = self._read_spend()
         reserved = sum(r["usd"] for r in spend["reservations"].values())
         return {"budget_usd": budget_usd, "spent_usd": spend["spent_usd"], "reserved_usd": reserved,
@@ -270,7 +281,7 @@ class Ledger:
                 "remaining_usd": budget_usd - spend["spent_usd"] - reserved}
 
     def spent(self) -> float:
-        with self._lock:
+        with self._locked():
             return self._read_spend()["spent_usd"]
 
     def totals(self, by: Callable[[dict[str, Any]], str] | None = None) -> dict[str, dict[str, Any]]:

@@ -185,8 +185,9 @@ def collect(results: Path) -> dict:
     stages["scores"] = _scores(results)
 
     # LLM usage per stage from the ledger: every request any run of the stage's jobs sent, retries and requests
-    # of killed or failed jobs included (item records hold only the last successful run's usage).
-    ledger = Ledger(results / "llm")
+    # of killed or failed jobs included (item records hold only the last successful run's usage). Read-only: status
+    # never takes the run's ledger lock (a running run's requests do not wait on it) and writes nothing.
+    ledger = Ledger(results / "llm", read_only=True)
     for name, t in ledger.totals(by=_funnel_stage).items():
         if name in stages:
             stages[name].usage = UsageRecord(**t)
