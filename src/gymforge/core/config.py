@@ -632,7 +632,7 @@ SECTION_KEYS: dict[str, tuple[str, ...]] = {
 READABLE_EVERYWHERE: tuple[str, ...] = (
     "results_dir", "cache_dir", "llm.budget_usd",
     *(f"llm.teacher.{k}" for k in ("base_url", "api_key_env", "concurrency", "timeout_s", "connect_timeout_s",
-                                   "max_retries", "price", "token_param", "offline_endpoint")),
+                                   "max_retries", "price", "token_param")),
     "topics.n", "datasets.cache_dir",
     *(f"trajectories.{k}" for k in ("per_task", "shard_size", "concurrency", "gpus", "mem_mb", "runtime_min")),
     *(f"train.{k}" for k in ("gpus", "mem_mb", "runtime_min", "logging_steps", *TRAIN_SAVING)),
