@@ -336,3 +336,25 @@ def test_snakemake_tasks_runs_against_the_reasoning_endpoint(tmp_path: Path) -> 
     [failed] = (chat / "results" / "logs").rglob("*.failed.json")
     record = json.loads(failed.read_text())
     assert record["reason_code"] == "llm_rejected" and "Unsupported parameter: 'max_tokens'" in record["reason"]
+
+
+def test_an_endpoint_model_is_asked_as_its_spec_says(tmp_path: Path, loopback: LoopbackServer) -> None:
+    """A reasoning model scored on the benchmark (`evaluate.models`, source `endpoint`) gets its own request options;
+    its runs' identity changes with them, and stays as it was for a spec that sets none."""
+    from gymforge.llm.serving import Endpoint
+    from gymforge.stages.evaluation import _client
+
+    plain = {"name": "gpt5", "source": "endpoint", "base_url": loopback.url, "model": "gpt-5", "api_key_env": KEY_ENV}
+    spec = {**plain, **REASONING, "reasoning_effort": "minimal"}
+    cfg = GymforgeConfig(results_dir=str(tmp_path / "results"), cache_dir=str(tmp_path / "cache"),
+                         evaluate={"models": [spec, {**plain, "name": "plain"}]})
+    reasoning_spec, plain_spec = cfg.evaluate.models
+    endpoint = Endpoint(base_url=loopback.url, model="gpt-5", provider="openai", api_key_env=KEY_ENV)
+    with _client(cfg, reasoning_spec, endpoint) as llm:
+        llm.chat(HI)
+    body = loopback.requests[0]["body"]
+    assert body["max_completion_tokens"] == cfg.llm.teacher.max_tokens and body["reasoning_effort"] == "minimal"
+    assert "temperature" not in body and "max_tokens" not in body
+    assert '"reasoning_effort": "minimal"' in reasoning_spec.identity_json()
+    assert plain_spec.identity_json() == plain_spec.model_dump_json(exclude={"token_param", "omit_params",
+                                                                             "reasoning_effort", "extra_body"})
