@@ -68,3 +68,8 @@ rule all:
 
 # Every rule is known now: hand each job the config sections its rule declares (rules/common.smk).
 declare_reads()
+
+
+onstart:
+    # Before the first job is submitted: a job no partition can take fails the run here, not in the queue.
+    check_partitions()

@@ -5,7 +5,7 @@ import shlex
 from pathlib import Path
 import sys
 
-from gymforge.core import atomic, configview
+from gymforge.core import atomic, configview, resources
 from gymforge.benchmark.suite import load_benchmark
 from gymforge.tasks.datacache import (
     KEY_PATTERN,
@@ -82,6 +82,18 @@ def gymforge(verb, args, *, config=True, gpus=False, launcher=None):
     step = launcher or (f"{GYMFORGE} {verb}" if gpus else f"{GYMFORGE} --log {{log}} {verb}")
     command = f'{step} --config "$GYMFORGE_CONFIG" {args}' if config else f"{step} {args}"
     return f"{GYMFORGE} --log {{log}} with-gpus {{resources.gpu}} -- {command}" if gpus else command
+
+
+def check_partitions():
+    """Every long job's request held against the cluster's partitions: the SLURM plugin's partition file
+    (--slurm-partition-config, known once a run starts; or $SNAKEMAKE_SLURM_PARTITIONS, which the plugin also reads
+    and which this checks while parsing, dry runs included). Fails naming the config key to change."""
+    path = getattr(workflow.executor_settings, "partition_config", None) or os.environ.get("SNAKEMAKE_SLURM_PARTITIONS")
+    resources.check_partitions(resources.plan_requests(CFG), resources.load_partitions(path), str(path or ""))
+
+
+if os.environ.get("SNAKEMAKE_SLURM_PARTITIONS"):
+    check_partitions()
 
 
 def previous_batch(wildcards):

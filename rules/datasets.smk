@@ -13,8 +13,8 @@ rule fetch_dataset:
         dataset_id=lambda w: dataset_id_of(w.key),
         digest=CFG.digest("datasets.hub"),
     resources:
-        mem_mb=4096,
-        runtime=120,
+        mem_mb=CFG.datasets.mem_mb,
+        runtime=CFG.datasets.runtime_min,
     shell:
         gymforge(
             "fetch-dataset",

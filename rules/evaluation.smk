@@ -55,6 +55,7 @@ rule eval_runs:
         gpu=lambda w: (CFG.evaluate.serving.gpus if served_model(w.model) else 0) + TASK_GPUS[w.task],
         mem_mb=CFG.evaluate.mem_mb,
         runtime=CFG.evaluate.runtime_min,
+    threads: CFG.evaluate.threads
     shell:
         gymforge(
             "eval-runs",

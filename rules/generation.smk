@@ -31,8 +31,8 @@ rule starter_code:
     params:
         digest=CFG.digest("seed", "teacher", "datasets", "generation"),
     resources:
-        mem_mb=2048,
-        runtime=10,
+        mem_mb=CFG.generation.mem_mb,
+        runtime=CFG.generation.runtime_min,
     shell:
         gymforge(
             "starter-code",

@@ -16,9 +16,11 @@ rule micro_task:
         # verification.probes: the micro variant's evaluator is probed again
         digest=CFG.digest("seed", "sandbox", "micro", "verification.probes", "post_training"),
     resources:
-        gpu=CFG.trajectories.gpus,  # verification's check, with the GPUs the task's rollouts get
-        mem_mb=CFG.sandbox.memory_mb + 1024,
-        runtime=30,
+        # verification's check, with the GPUs the task's rollouts get; a slot verification did not keep only
+        # writes a "skipped" record, and asks for no GPU and minutes (gymforge.core.resources)
+        gpu=lambda w, input: resources.micro(CFG, input.report).gpu,
+        mem_mb=lambda w, input: resources.micro(CFG, input.report).mem_mb,
+        runtime=lambda w, input: resources.micro(CFG, input.report).runtime,
     shell:
         gymforge(
             "micro-task",

@@ -32,6 +32,7 @@ rule train_rl:
         gpu=CFG.rl.gpus,
         mem_mb=CFG.rl.mem_mb,
         runtime=CFG.rl.runtime_min,
+        nodes=1,  # the vLLM server and the sharded update share the job's GPUs on one node
     threads: CFG.rl.threads
     shell:
         gymforge(

@@ -1,6 +1,8 @@
 # Stage 3.5: teacher rollouts in shards per topic slot (trivial shards for tasks that were not verified).
 from gymforge.core.plan import shard_ids, shard_mem_mb, shard_rollouts
 
+shard_mem_mb(CFG)  # a trajectories.mem_mb below what its sandboxes need fails the plan here
+
 TRAJ_SHARDS = shard_ids(CFG)
 SHARD_FILES = expand(f"{R}/trajectories/{{slot}}/shard_{{shard}}.json", slot=TOPIC_SLOTS, shard=TRAJ_SHARDS)
 
@@ -22,9 +24,12 @@ rule rollout_shard:
         # The rollout indices this shard holds: changing per_task or shard_size reruns only the shards it changes.
         rollouts=lambda w: ",".join(map(str, shard_rollouts(CFG, int(w.shard)))),
     resources:
-        gpu=CFG.trajectories.gpus,
-        mem_mb=shard_mem_mb(CFG),  # concurrency x sandbox memory + the job; a smaller mem_mb fails the plan
-        runtime=CFG.trajectories.runtime_min,
+        # concurrency x sandbox memory + the job (a smaller mem_mb fails the plan); a slot verification did not
+        # keep only writes a "skipped" record, and asks for no GPU and minutes (gymforge.core.resources)
+        gpu=lambda w, input: resources.shard(CFG, input.report).gpu,
+        mem_mb=lambda w, input: resources.shard(CFG, input.report).mem_mb,
+        runtime=lambda w, input: resources.shard(CFG, input.report).runtime,
+    threads: CFG.trajectories.threads
     shell:
         gymforge(
             "rollout-shard",

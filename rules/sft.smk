@@ -49,7 +49,8 @@ rule sft_dataset:
                                                                 "generation", "sandbox", "verification",
                                                                 "trajectories")),
     resources:
-        mem_mb=4096,
+        mem_mb=CFG.sft.mem_mb,
+        runtime=CFG.sft.runtime_min,
     shell:
         gymforge(
             "sft-dataset",

@@ -19,8 +19,8 @@ rule student_base:
         tiny=CFG.train.tiny.model_dump_json() if OFFLINE_STUDENT else "",
     resources:
         # smollm2-135m dequantizes a GGUF file: measured 51 s, peak RSS 1.6 GB (the tiny offline student: seconds)
-        mem_mb=2048,
-        runtime=30,
+        mem_mb=CFG.train.base_mem_mb,
+        runtime=CFG.train.base_runtime_min,
     shell:
         gymforge(
             "student-base",
@@ -48,6 +48,8 @@ rule train_student:
         gpu=CFG.train.gpus,
         mem_mb=CFG.train.mem_mb,
         runtime=CFG.train.runtime_min,
+        nodes=1,  # accelerate launches on one node: every GPU of the job on it
+    threads: CFG.train.threads
     shell:
         gymforge(
             "train-student",

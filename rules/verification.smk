@@ -19,8 +19,8 @@ rule verify_environment:
         digest=CFG.digest("seed", "teacher", "datasets", "generation", "sandbox", "agent", "verification", "post_training"),
     resources:
         gpu=CFG.trajectories.gpus,  # the task's GPUs as its rollouts get them
-        mem_mb=CFG.sandbox.memory_mb + 1024,
-        runtime=60,
+        mem_mb=resources.verification(CFG).mem_mb,
+        runtime=CFG.verification.runtime_min,
     shell:
         gymforge(
             "verify-environment",

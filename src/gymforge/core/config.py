@@ -156,6 +156,8 @@ class DatasetsConfig(_Strict):
     cache_dir: str | None = Field(
         None, description="Where hub datasets that tasks load by id are fetched to and mounted read-only from "
         "(default: <cache_dir>/datasets).")
+    mem_mb: int = Field(4096, ge=256, description="Memory each fetch_dataset job declares.")
+    runtime_min: int = Field(120, ge=1, description="Wall-clock minutes each fetch_dataset job declares.")
 
 
 class ProposalsConfig(_Strict):
@@ -165,6 +167,8 @@ class ProposalsConfig(_Strict):
 
 class GenerationConfig(_Strict):
     max_attempts: int = Field(3, ge=1, description="Teacher attempts per generation stage (first draft plus repairs).")
+    mem_mb: int = Field(2048, ge=256, description="Memory each task_configs / starter_code job declares.")
+    runtime_min: int = Field(10, ge=1, description="Wall-clock minutes each task_configs / starter_code job declares.")
 
 
 class SandboxConfig(_Strict):
@@ -198,10 +202,19 @@ class VerificationConfig(_Strict):
                            "(otherwise generation restarts from the configs).")
     max_iterations: int = Field(3, ge=1, description="Verification attempts per task before it is discarded.")
     episode_max_steps: int = Field(50, ge=1, description="Step limit of the teacher episode that proves a task solvable.")
+    coherence: Literal["off", "rules", "teacher"] = Field(
+        "teacher", description="Check each task's text against its config, evaluator and data after its baseline "
+        "(docs/integrity.md#coherence): `rules` runs the deterministic checks and scores a submission written as "
+        "the text says, `teacher` also asks the teacher to read the prose when the rules find nothing. An "
+        "incoherent task goes back for repair with the evidence and is discarded after max_iterations "
+        "(incoherent_task).")
     probes: bool = Field(True, description="Probe each task's evaluator with knowledge-free degenerate submissions "
                          "after its baseline (`gymforge check-task`); a probe scored above the baseline sends the "
                          "code back for repair, and a task still gameable after max_iterations is discarded "
                          "(gameable_evaluator).")
+    mem_mb: int | None = Field(None, ge=256, description="Memory each verify_environment job declares; null: "
+                               "sandbox.memory_mb + 1 GiB.")
+    runtime_min: int = Field(60, ge=1, description="Wall-clock minutes each verify_environment job declares.")
 
 
 class MicroConfig(_Strict):
@@ -213,6 +226,9 @@ class MicroConfig(_Strict):
                            "target is a class label; time series keep their most recent contiguous rows.")
     eval_scale: float = Field(0.2, gt=0, le=1, description="Games and algorithmic tasks: repetition counts of "
                               "the evaluation (matches, instances, simulations) are scaled by this, at least 1.")
+    mem_mb: int | None = Field(None, ge=256, description="Memory each micro_task job of a verified task declares; "
+                               "null: sandbox.memory_mb + 1 GiB.")
+    runtime_min: int = Field(30, ge=1, description="Wall-clock minutes each micro_task job of a verified task declares.")
 
 
 class TrajectoriesConfig(_Strict):
@@ -230,6 +246,8 @@ class TrajectoriesConfig(_Strict):
     mem_mb: int | None = Field(None, ge=256, description="Memory each shard job declares; null: "
                                "sandbox.memory_mb x concurrency + 1 GiB.")
     runtime_min: int = Field(240, ge=1, description="Wall-clock minutes each shard job declares (cluster runtime).")
+    threads: int = Field(1, ge=1, description="CPU cores each shard job declares (SLURM --cpus-per-task): its "
+                         "concurrent sandboxes share them. Paper-scale: one per concurrent rollout.")
 
 
 class FilterConfig(_Strict):
@@ -259,6 +277,8 @@ class SftConfig(_Strict):
         "the start of its request; the reply is kept whole unless it alone is longer). `auto`: `request` when train.max_length is shorter than the "
         "longest kept trajectory (student tokens), else `conversation`. The filters decide per trajectory either "
         "way; sft/stats.json records the resolved unit (docs/training.md, Example units).")
+    mem_mb: int = Field(4096, ge=256, description="Memory the sft_dataset job declares.")
+    runtime_min: int = Field(60, ge=1, description="Wall-clock minutes the sft_dataset job declares.")
 
 
 class LoraConfig(_Strict):
@@ -316,7 +336,13 @@ class TrainConfig(_Strict):
         "ddp", description="Multi-GPU strategy: accelerate config file src/gymforge/core/accelerate/<strategy>.yaml.")
     logging_steps: int = Field(1, ge=1)
     mem_mb: int = Field(8192, ge=256)
-    runtime_min: int = Field(720, ge=1)
+    runtime_min: int = Field(720, ge=1, description="Wall-clock minutes of one train_student job. Keep it within "
+                             "the GPU partition's limit: a job stopped there is resubmitted (profile `retries`) and "
+                             "resumes from its last checkpoint (save_steps).")
+    threads: int = Field(1, ge=1, description="CPU cores the train_student job declares (SLURM --cpus-per-task; "
+                         "e.g. 8 per GPU for data loading).")
+    base_mem_mb: int = Field(2048, ge=256, description="Memory the student_base job declares (a built base).")
+    base_runtime_min: int = Field(30, ge=1, description="Wall-clock minutes the student_base job declares.")
 
     @property
     def name(self) -> str:
@@ -391,6 +417,7 @@ class EvaluateConfig(_Strict):
     serving: ServingConfig = ServingConfig()
     mem_mb: int = Field(4096, ge=256)
     runtime_min: int = Field(240, ge=1)
+    threads: int = Field(1, ge=1, description="CPU cores each eval_runs / check_benchmark_task job declares.")
 
     @model_validator(mode="after")
     def _consistent(self) -> "EvaluateConfig":
@@ -564,16 +591,21 @@ class GymforgeConfig(_Strict):
         # Where fetched datasets are kept changes no output (and must not rerun proposals when set).
         dump["datasets"].pop("cache_dir")
         # How rollouts are scheduled never changes one: a shard's rollout indices are its rule's params.
-        for key in ("per_task", "shard_size", "concurrency", "gpus", "mem_mb", "runtime_min"):
+        for key in ("per_task", "shard_size", "concurrency", "gpus", "mem_mb", "runtime_min", "threads"):
             dump["trajectories"].pop(key)
+        # What a job asks of its scheduler never changes its output.
+        for section in ("datasets", "generation", "verification", "micro", "sft"):
+            for key in ("mem_mb", "runtime_min"):
+                dump[section].pop(key)
         # The student's tokenizer counts SFT lengths; other training settings must not rerun the filter.
         dump["student"] = {"student": dump["train"]["student"]}
         # The student's context decides `sft.example_unit: auto` and what the SFT statistics count as trained.
         dump["sft"]["max_length"] = dump["train"]["max_length"]
-        for key in ("gpus", "mem_mb", "runtime_min", "logging_steps", *TRAIN_SAVING):
+        for key in ("gpus", "mem_mb", "runtime_min", "threads", "base_mem_mb", "base_runtime_min", "logging_steps",
+                    *TRAIN_SAVING):
             dump["train"].pop(key)
         # An evaluation job reruns for its own model and task only; which runs it holds are its rule's params.
-        for key in ("tasks", "runs_per_task", "concurrency", "models", "mem_mb", "runtime_min"):
+        for key in ("tasks", "runs_per_task", "concurrency", "models", "mem_mb", "runtime_min", "threads"):
             dump["evaluate"].pop(key)
         dump["evaluate"]["serving"].pop("gpus")
         # How the update is spread over devices does not change what it computes (a run may resume on other GPUs).
