@@ -269,18 +269,20 @@ def unanswered_url() -> Any:
 
 def test_an_unreachable_endpoint_fails_after_the_connect_timeout(tmp_path: Path, unanswered_url: str) -> None:
     t0 = time.monotonic()
-    with client(tmp_path, unanswered_url, timeout_s=60.0, connect_timeout_s=0.5, max_retries=1) as llm, \
-            pytest.raises(openai.APITimeoutError) as info:
+    with client(tmp_path, unanswered_url, timeout_s=60.0, connect_timeout_s=0.5, max_retries=1,
+                price=Price(output_per_mtok=10.0)) as llm, pytest.raises(openai.APITimeoutError) as info:
         llm.chat(HI)
     elapsed = time.monotonic() - t0
     assert 1.0 <= elapsed < 10.0  # two attempts of 0.5 s each (plus backoff), not of 60 s
     assert classify(info.value)[0] == "llm_unavailable"
-    assert [e["error"] for e in done_entries(tmp_path)] == ["APITimeoutError"] * 2
+    entries = done_entries(tmp_path)
+    assert [e["error"] for e in entries] == ["APITimeoutError"] * 2
+    assert all(e["cost_usd"] == 0.0 for e in entries)  # never connected: nothing sent, nothing billed
 
 
 def test_a_closed_port_fails_fast(tmp_path: Path) -> None:
     t0 = time.monotonic()
-    with client(tmp_path, closed_port_url(), timeout_s=60.0, max_retries=1) as llm, \
+    with client(tmp_path, closed_port_url(), timeout_s=60.0, max_retries=1, price=Price(output_per_mtok=10.0)) as llm, \
             pytest.raises(openai.APIConnectionError) as info:
         llm.chat(HI)
     assert time.monotonic() - t0 < 5.0 and classify(info.value)[0] == "llm_unavailable"
