@@ -341,3 +341,30 @@ def test_a_shards_memory_covers_its_concurrent_sandboxes() -> None:
     short = cfg.model_copy(update={"trajectories": cfg.trajectories.model_copy(update={"mem_mb": 131072})})
     with pytest.raises(ValueError, match="at least 525312 MB"):
         shard_mem_mb(short)
+
+
+def test_episode_workspaces_live_in_tmpdir_not_beside_the_results(tmp_path, monkeypatch, api_key):
+    """On a cluster $TMPDIR is the node's own disk: a shard's workspaces go there while its episodes run (none on the
+    shared results file system), its record lands in results/ (written atomically), and nothing is left behind."""
+    node = tmp_path / "node-tmp"
+    node.mkdir()
+    monkeypatch.setenv("TMPDIR", str(node))
+    root = tmp_path / "run"
+    seen: list[tuple[list[str], list[str]]] = []
+    scripted = Scripted()
+
+    def respond(body):
+        shard_dir = shard_path(root).parent
+        seen.append((sorted(p.name for p in node.iterdir()),
+                     sorted(p.name for p in shard_dir.iterdir()) if shard_dir.exists() else []))
+        return scripted(body)
+
+    with LoopbackServer(respond=respond) as server:
+        report, verified = make_environment(root)
+        record = rollout_shard(config(root, server.url, per_task=1, shard_size=1, max_steps=3), SLOT, 0, report,
+                               verified, shard_path(root))
+    assert record.status == "ok" and shard_path(root).exists() and seen
+    for in_tmp, beside in seen:
+        assert [n for n in in_tmp if n.startswith("gymforge-") and n.endswith("shard_0000.work")], in_tmp
+        assert not [n for n in beside if n.endswith(".work")], beside
+    assert not [p for p in node.iterdir() if p.name.startswith("gymforge-")]

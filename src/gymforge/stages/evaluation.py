@@ -23,14 +23,14 @@ import time
 from pathlib import Path
 from typing import Any
 
-from gymforge.core import atomic
+from gymforge.core import atomic, nodelocal
 from gymforge.core.config import EndpointConfig, GymforgeConfig, ModelSpec, RequestOptions
 from gymforge.core.job import SCRATCH_ENV
 from gymforge.core.progress import Progress
 from gymforge.core.records import (EvalRecord, Exit, RunSummary, Trajectory, UsageRecord, derive_seed, final_submission,
                                    text_hash)
 from gymforge.core.plan import SERVED_SOURCES, model_spec, run_folder, run_ids, teacher_identity  # noqa: F401  (re-exported)
-from gymforge.benchmark.decontamination import ContaminationError, proposal_extra, run
+from gymforge.benchmark.decontamination import ContaminationError, describe, proposal_extra, run
 from gymforge.benchmark.suite import load_benchmark, require_runnable
 from gymforge.core.gpus import device_total, visible_devices
 from gymforge.llm.client import LLMClient
@@ -165,7 +165,8 @@ async def _run_all(cfg: GymforgeConfig, episodes: Any, llm: Any, spec: ModelSpec
         t0 = time.monotonic()
         async with slots:
             try:
-                traj = await episodes.run(llm, task.task_yaml, root=task.root, run_dir=folder_root / f".work-{k}",
+                traj = await episodes.run(llm, task.task_yaml, root=task.root,
+                                          run_dir=nodelocal.workspaces(folder, f".work-{k}"),  # $TMPDIR when set
                                           max_steps=cfg.evaluate.max_steps, seed=seed, baseline=baseline,
                                           out_dir=folder, meta={"stage": "evaluate", "model": spec.name, "run": k})
             except Exception as err:  # noqa: BLE001 - reported, and retried by the next run of the job
@@ -205,11 +206,13 @@ def decontamination(cfg: GymforgeConfig, synthesized: list[Path], proposals: lis
             if env.parent.name in by_slot:
                 extra[str(env / "mlgym")] = proposal_extra(by_slot[env.parent.name])
     try:
-        report = run(cfg.evaluate, trees, Path(out), extra)
+        # a tree is results/environments/<slot>/verified/mlgym: its item is the slot
+        report = run(cfg.evaluate, trees, Path(out), extra, on_overlap=cfg.decontamination.on_overlap,
+                     item_of=lambda tree: Path(tree).parent.parent.name)
     except ContaminationError as err:
         raise SystemExit(f"gymforge: scores on the {cfg.evaluate.benchmark} benchmark would be contaminated:\n{err}"
                          ) from err
-    return f"decontamination: {report.checked} synthesized tasks share no dataset or family with the benchmark"
+    return describe(report)
 
 
 def eval_runs(cfg: GymforgeConfig, model: str, task: str, runs: list[int], out: Path, checkpoint: str | None = None,

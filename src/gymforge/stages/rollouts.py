@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
-from gymforge.core import atomic
+from gymforge.core import atomic, nodelocal
 from gymforge.core.config import GymforgeConfig
 from gymforge.core.progress import Progress
 from gymforge.core.records import (
@@ -57,7 +57,8 @@ def rollout_seed(cfg: GymforgeConfig, slot: str, index: int) -> int:
 
 
 def work_dir(out: Path) -> Path:
-    return out.parent / f".{out.stem}.work"
+    """The shard's episode workspaces: node-local under $TMPDIR when set (`core.nodelocal`)."""
+    return nodelocal.workspaces(out, f".{out.stem}.work")
 
 
 def fingerprint(cfg: GymforgeConfig, report_text: str) -> str:
