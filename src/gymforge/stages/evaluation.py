@@ -30,7 +30,7 @@ from gymforge.core.progress import Progress
 from gymforge.core.records import (EvalRecord, Exit, RunSummary, Trajectory, UsageRecord, derive_seed, final_submission,
                                    text_hash)
 from gymforge.core.plan import SERVED_SOURCES, model_spec, run_folder, run_ids, teacher_identity  # noqa: F401  (re-exported)
-from gymforge.benchmark.decontamination import ContaminationError, describe, proposal_extra, run
+from gymforge.benchmark.decontamination import ContaminationError, proposal_extra, run
 from gymforge.benchmark.suite import load_benchmark, require_runnable
 from gymforge.core.gpus import device_total, visible_devices
 from gymforge.llm.client import LLMClient
@@ -206,13 +206,11 @@ def decontamination(cfg: GymforgeConfig, synthesized: list[Path], proposals: lis
             if env.parent.name in by_slot:
                 extra[str(env / "mlgym")] = proposal_extra(by_slot[env.parent.name])
     try:
-        # a tree is results/environments/<slot>/verified/mlgym: its item is the slot
-        report = run(cfg.evaluate, trees, Path(out), extra, on_overlap=cfg.decontamination.on_overlap,
-                     item_of=lambda tree: Path(tree).parent.parent.name)
+        report = run(cfg.evaluate, trees, Path(out), extra)
     except ContaminationError as err:
         raise SystemExit(f"gymforge: scores on the {cfg.evaluate.benchmark} benchmark would be contaminated:\n{err}"
                          ) from err
-    return describe(report)
+    return f"decontamination: {report.checked} synthesized tasks share no dataset or family with the benchmark"
 
 
 def eval_runs(cfg: GymforgeConfig, model: str, task: str, runs: list[int], out: Path, checkpoint: str | None = None,
