@@ -6,26 +6,21 @@ the agent's `LLMClient`): the tiny offline student here, SmolLM2-135M in the hea
 
 from __future__ import annotations
 
-import asyncio
 from array import array
 import importlib.util
 import json
 import time
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Iterator
 
 import pytest
 
-from gymforge.agent import Agent, AgentConfig, AgentTask
-from gymforge.agent.errors import SubmissionNotFound
-from gymforge.agent.trajectory import read_trajectory, reply_tokens
+from gymforge.agent.trajectory import reply_tokens
 from gymforge.core.config import GymforgeConfig, ModelSpec
 from gymforge.core.records import Trajectory, TrajectoryStep
 from gymforge.core.tokens import Sampled, TokenRecord, decode_records, encode_records, from_response
-from gymforge.llm.client import LLMClient
 from gymforge.llm.serving import Endpoint, open_endpoint
 from gymforge.rl import grpo
-from gymforge.sandbox import Limits, get_sandbox
 
 TINY = {"hidden_size": 64, "num_layers": 2, "num_heads": 4, "num_kv_heads": 2, "head_dim": 16,
         "intermediate_size": 128}
@@ -141,64 +136,12 @@ def test_the_importance_weight_is_exactly_one_for_the_same_numerics_and_capped(t
 # ---- served: the update trains on exactly what was sampled ------------------------------------------------
 
 
-class NoSubmission:
-    def evaluate(self) -> tuple[dict[str, float], str]:
-        raise SubmissionNotFound("no submission")
-
-
-TASK = AgentTask(id="tok-task", description="Predict prices from data/train.csv and write submission.csv.")
-
-
-def run_episodes(endpoint: Endpoint, tmp: Path, n: int, *, temperature: float, max_tokens: int,
-                 retries: int = 2) -> list[Trajectory]:
-    """`n` agent episodes against the served model (a real local sandbox; the replies of an untrained model are
-    malformed, so each episode is its format re-asks: every request after the first carries the rejected reply)."""
-    config = endpoint.client_config(temperature=temperature, max_tokens=max_tokens)
-    assert config.token_ids  # checkpoints served here are asked for their tokens
-    trajs = []
-    with LLMClient(config, stage="rl", cache_dir=tmp / "cache", ledger_dir=tmp / "ledger", budget_usd=1.0,
-                   base_url=endpoint.base_url) as llm:
-        for k in range(n):
-            ws = tmp / f"ws{k}"
-            ws.mkdir()
-            with get_sandbox("local").open(ws, limits=Limits()) as session:
-                agent = Agent(llm, session, NoSubmission(), TASK, AgentConfig(max_steps=3, max_format_retries=retries),
-                              seed=1000 + k, out_dir=tmp / f"run{k}")
-                asyncio.run(agent.arun())
-            trajs.append(read_trajectory(tmp / f"run{k}" / f"{TASK.id}.traj"))  # through the file, as RL reads it
-    return trajs
-
-
-def compare_paths(trajs: list[Trajectory], tokenizer: Any, template: str | None,
-                  max_length: int = 8192) -> dict[str, Any]:
-    """Every reply as the update takes it (sampled ids) and as the re-tokenized path would: how many are identical."""
-    out = {"replies": 0, "update_equals_sampled": 0, "retokenized_differs": 0, "retokenized_differs_strict": 0,
-           "examples": []}
-    end = set(tokenizer.convert_tokens_to_ids(["<|im_end|>"])) | {tokenizer.eos_token_id}
-    for e, traj in enumerate(trajs):
-        for s in grpo.action_samples(traj, e):
-            assert s.sampled is not None
-            out["replies"] += 1
-            grpo.tokenize(s, tokenizer, max_length, template)
-            assert s.path == "sampled"
-            if s.input_ids == [*s.sampled.prompt_ids, *s.sampled.ids] and \
-                    [i for i, m in zip(s.input_ids, s.mask, strict=True) if m] == s.sampled.ids:
-                out["update_equals_sampled"] += 1
-            ids, mask = grpo.tokenize_sample(tokenizer, s.request, s.response, max_length, template)
-            start = mask.index(1) if 1 in mask else len(ids)
-            reply = [i for i, m in zip(ids, mask, strict=True) if m]
-            strip = lambda xs: xs[:-1] if xs and xs[-1] in end else xs  # noqa: E731 - the end-of-turn token
-            strict = ids[:start] != s.sampled.prompt_ids or reply != s.sampled.ids
-            differs = ids[:start] != s.sampled.prompt_ids or strip(reply) != strip(s.sampled.ids)
-            out["retokenized_differs_strict"] += strict
-            out["retokenized_differs"] += differs
-            if differs and len(out["examples"]) < 3:
-                pairs = zip(strip(reply), strip(s.sampled.ids), strict=False)  # the first token that differs
-                k = next((j for j, (a, b) in enumerate(pairs) if a != b), None)
-                if k is not None:
-                    out["examples"].append((tokenizer.convert_ids_to_tokens(s.sampled.ids[k:k + 2]),
-                                            tokenizer.convert_ids_to_tokens(reply[k:k + 2])))
-    return out
+# the episodes and the comparison of the two token paths are bench/token_paths.py's (it measures the share)
+_spec = importlib.util.spec_from_file_location("token_paths", Path(__file__).parents[1] / "bench" / "token_paths.py")
+assert _spec is not None and _spec.loader is not None
+token_paths = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(token_paths)
+run_episodes, compare_paths = token_paths.run_episodes, token_paths.compare_paths
 
 
 @pytest.fixture(scope="module")
