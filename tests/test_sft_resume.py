@@ -193,20 +193,49 @@ def test_bf16_training_keeps_small_updates_with_fp32_master_weights(tiny: Path, 
                                                                     moved_at_least: float,
                                                                     moved_at_most: float) -> None:
     """Three AdamW steps at lr 1e-5 (about 1e-5 a weight each) under bf16: fp32 master weights keep nearly every
-    one; bf16 weights round most of them away (std-0.02 weights have a bf16 spacing of up to 1.2e-4)."""
+    one; bf16 weights round most of them away (std-0.02 weights have a bf16 spacing of up to 1.2e-4). Either way
+    the saved model is bfloat16, the master weights rounded once."""
     import torch
+    from transformers import TrainerCallback
 
+    name = "model.layers.0.mlp.up_proj.weight"
+
+    class Masters(TrainerCallback):
+        def on_train_end(self, args, state, control, model=None, **kwargs):
+            self.weight = dict(model.named_parameters())[name].detach().clone()
+
+    masters = Masters()
     cfg = make_cfg(precision="bf16", master_weights=master, learning_rate=1e-5, warmup_ratio=0.0,
                    scheduler="constant", save_steps=None, save_minutes=None)
-    report = training.train_student(cfg, *_inputs(tiny), tmp_path / "bf16")
+    report = training.train_student(cfg, *_inputs(tiny), tmp_path / "bf16", callbacks=[masters])
     assert report.precision == "bf16" and report.steps == 3
     assert report.master_weights == {"fp32": "float32", "bf16": "bfloat16"}[master]
-    trained, base = _weights(tmp_path / "bf16"), _weights(tiny / "base")
-    name = "model.layers.0.mlp.up_proj.weight"
-    assert trained[name].dtype == getattr(torch, report.master_weights)
-    start = base[name].to(trained[name].dtype)  # the weights as loaded (bf16 ones: rounded)
-    moved = (trained[name] != start).float().mean().item()
+    trained = masters.weight
+    assert trained.dtype == getattr(torch, report.master_weights)
+    start = _weights(tiny / "base")[name].to(trained.dtype)  # the weights as loaded (bf16 ones: rounded)
+    moved = (trained != start).float().mean().item()
     assert moved_at_least <= moved <= moved_at_most, moved
+    saved = _weights(tmp_path / "bf16")
+    assert {t.dtype for t in saved.values()} == {torch.bfloat16}
+    assert torch.equal(saved[name], trained.to(torch.bfloat16))
+    assert json.loads((tmp_path / "bf16" / "config.json").read_text())["dtype"] == "bfloat16"
+
+
+def test_a_sharded_model_is_rewritten_in_bf16(tiny: Path, tmp_path: Path) -> None:
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    model = AutoModelForCausalLM.from_pretrained(str(tiny / "base"), dtype=torch.float32)
+    model.save_pretrained(str(tmp_path / "sharded"), max_shard_size="40KB")
+    assert len(list((tmp_path / "sharded").glob("*.safetensors"))) > 1
+    training.save_in_dtype(tmp_path / "sharded", "bfloat16")
+    index = json.loads((tmp_path / "sharded" / "model.safetensors.index.json").read_text())
+    assert index["metadata"]["total_size"] == sum(p.numel() * 2 for p in model.parameters())  # tied head once
+    loaded = AutoModelForCausalLM.from_pretrained(str(tmp_path / "sharded"))  # the dtype the folder says
+    assert loaded.dtype == torch.bfloat16
+    want = dict(model.named_parameters())
+    for name, weight in loaded.named_parameters():
+        assert torch.equal(weight, want[name].to(torch.bfloat16)), name
 
 
 # ---- several processes ----------------------------------------------------------------------------------------

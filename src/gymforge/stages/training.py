@@ -33,7 +33,8 @@ Contracts:
   float32 master weights and AdamW state (`train.master_weights: fp32`, the default; `bf16` loads the weights in
   bfloat16, where an update smaller than half a bf16 spacing is rounded away: most at lr 1e-5); fp16 keeps fp32
   weights and uses fp16 autocast with loss scaling (fp16 weights cannot be unscaled); fp32 is plain float32. fp16
-  needs a GPU. The saved model has the master weights' dtype.
+  needs a GPU. A model trained in bf16 is saved in bfloat16 either way (one rounding at the end, as released Qwen3
+  weights are; vLLM's `dtype: auto` would serve a float32 folder in float16); its resumable checkpoints keep float32.
 - CPU (`gymforge.student.cpu_training`): TRL's fused LM head projects only the trained positions (off CUDA it
   projects all of them), OpenMP threads sleep at barriers instead of spinning (`OMP_WAIT_POLICY=PASSIVE`, set before
   torch loads, unless set), and torch's threads are the job's cores (`OMP_NUM_THREADS`, else the CPU affinity and
@@ -124,8 +125,9 @@ class TrainReport(BaseModel):
     device: str
     world_size: int
     precision: str = Field(description="Resolved precision: bf16, fp16 or fp32.")
-    master_weights: str = Field("float32", description="The dtype of the trained weights and AdamW's state (bf16 "
-                                "computes under autocast over float32 ones unless train.master_weights is bf16).")
+    master_weights: str = Field("float32", description="The dtype the weights and AdamW's state were trained in "
+                                "(bf16 computes under autocast over float32 ones unless train.master_weights is bf16; "
+                                "the saved model is bfloat16 then).")
     lora: bool
     seed: int
     chat_template: str = Field(description="Where the assistant mask came from: `tokenizer` (its template's generation "
@@ -410,6 +412,30 @@ def merge_lora(base: str, adapter_dir: str | Path, out: str | Path, dtype: str =
     return Path(out)
 
 
+def save_in_dtype(folder: str | Path, dtype: str) -> None:
+    """Rewrite the saved model of `folder` with its floating-point tensors in `dtype` (file by file, each written to a
+    temporary name and renamed), and record the dtype in config.json."""
+    import torch
+    from safetensors.torch import load_file, save_file
+
+    folder, target = Path(folder), getattr(torch, dtype)
+    total = 0
+    for path in sorted(folder.glob("*.safetensors")):
+        tensors = {k: v.to(target) if v.is_floating_point() else v for k, v in load_file(str(path)).items()}
+        total += sum(v.numel() * v.element_size() for v in tensors.values())
+        tmp = path.with_name(f".{path.name}.tmp")
+        save_file(tensors, str(tmp), metadata={"format": "pt"})
+        os.replace(tmp, path)
+    index = folder / "model.safetensors.index.json"
+    if index.is_file():
+        data = json.loads(index.read_text())
+        data.setdefault("metadata", {})["total_size"] = total
+        atomic.write_json(index, data)
+    config = json.loads((folder / "config.json").read_text())
+    config["dtype"] = dtype
+    atomic.write_json(folder / "config.json", config)
+
+
 def _clean_env() -> dict[str, str]:
     """The environment without the launcher's distributed variables (for the merge subprocess)."""
     drop = ("RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT", "GROUP_RANK",
@@ -561,6 +587,8 @@ def _train_into(cfg: GymforgeConfig, dataset_dir: str | Path, base: str, tokeniz
     else:
         trainer.save_model(str(tmp))
     state.wait_for_everyone()
+    if state.is_main_process and precision == "bf16" and weights_dtype(cfg, precision) != "bfloat16":
+        save_in_dtype(tmp, "bfloat16")  # trained over fp32 masters, saved as computed (what vLLM's `auto` serves)
 
     rows = metrics.rows
     tokens = int(getattr(trainer, "_total_train_tokens", 0) or (rows[-1]["tokens"] if rows else 0) or 0)
