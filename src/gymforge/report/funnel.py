@@ -10,6 +10,7 @@ from pathlib import Path
 
 from pydantic import BaseModel, Field
 
+from gymforge.benchmark.decontamination import dropped_items
 from gymforge.benchmark.suite import load_benchmark
 from gymforge.core.config import GymforgeConfig
 from gymforge.core.locks import stale_lock_state
@@ -116,6 +117,19 @@ def _trajectories(results: Path, environments: list[VerificationReport]) -> Stag
     return stage
 
 
+def _decontamination(results: Path, environments: list[VerificationReport]) -> StageStatus:
+    """Verified tasks held against the benchmark: ok = kept for the SFT data and the RL pool, discarded =
+    `benchmark_overlap` (decontamination.on_overlap: drop; under `fail` an overlap stops the build instead)."""
+    verified = {r.item for r in environments if r.status == "ok"}
+    stage = StageStatus(planned=len(verified))
+    report = results / "scores" / "decontamination.json"
+    if report.exists():
+        dropped = verified & dropped_items(report).keys()
+        stage.done, stage.ok = len(verified), len(verified) - len(dropped)
+        stage.discarded = {"benchmark_overlap": len(dropped)} if dropped else {}
+    return stage
+
+
 def _config(results: Path):
     resolved = results / RESOLVED_CONFIG
     return GymforgeConfig.model_validate(json.loads(resolved.read_text())) if resolved.exists() else None
@@ -179,8 +193,9 @@ def collect(results: Path) -> dict:
         stages[name] = _tally(n, records)
         if model is VerificationReport:
             stages[name].repaired = _repairs(records)
-    stages["trajectories"] = _trajectories(results, [r for r in _read(results.glob("environments/t*/report.json"),
-                                                                    VerificationReport) if in_plan(r.item)])
+    environments = [r for r in _read(results.glob("environments/t*/report.json"), VerificationReport) if in_plan(r.item)]
+    stages["decontamination"] = _decontamination(results, environments)
+    stages["trajectories"] = _trajectories(results, environments)
     stages["checkpoints"] = _checkpoints(results)
     stages["scores"] = _scores(results)
 
