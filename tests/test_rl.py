@@ -24,7 +24,8 @@ from gymforge.core.records import AgentInfo, Flag, Trajectory, TrajectoryStep
 from gymforge.core.config import GymforgeConfig, RewardConfig
 from gymforge.core.configview import restrict
 from gymforge.rl import grpo
-from gymforge.rl.rewards import Episode, TaskMetric, episode_reward, improvement, metric_direction
+from gymforge.rl.rewards import Episode, TaskMetric, episode_reward, improvement
+from gymforge.tasks.metrics import metric_direction
 
 W = RewardConfig()
 TINY = {"hidden_size": 64, "num_layers": 2, "num_heads": 4, "num_kv_heads": 2, "head_dim": 16,

@@ -260,8 +260,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="workflow: a post-training task's skills beside the shell (docs/post-training.md)")
     p.add_argument("--gpus", type=int, default=None, help="GPUs for LM tasks (default: detect)")
 
-    p = command("check-task", _run_tool, "probe a task's evaluator with knowledge-free degenerate submissions; "
-                "exits 0 only when none scores better than the baseline")
+    p = command("check-task", _run_tool, "check a task's text against what it does (coherence) and probe its "
+                "evaluator with knowledge-free degenerate submissions; exits 0 only when no probe scores better than "
+                "the baseline")
     p.add_argument("task_yaml")
     p.add_argument("--root", default=None, help="MLGym-layout root (default: two levels above configs/tasks/)")
     p.add_argument("--json", default=None, metavar="OUT", help="write the report (every probe, its submission, "
@@ -278,6 +279,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--sandbox", choices=["local", "docker"], default="local")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--gpus", type=int, default=None, help="GPUs for LM tasks (default: detect)")
+    p.add_argument("--coherence", choices=["off", "rules", "teacher"], default=None,
+                   help="check the task's text against its evaluator, config and data: the rules only, or the "
+                   "teacher's reading of the prose too (default: verification.coherence)")
+    p.add_argument("--coherence-only", action="store_true",
+                   help="check only the text's coherence, against the task's recorded baseline_scores: nothing of "
+                   "the task runs (for tasks whose baseline needs GPUs or hours); --coherence defaults to rules")
 
     p = command("preflight", _run_tool, "check what this node allows before jobs run here (a compute node): the sandbox "
                 "without root, cgroups, CUDA under the sandbox's limits, network only where it should be, the "

@@ -118,11 +118,49 @@ class ProbeOutcome(BaseModel):
     seconds: float | None = None
 
 
+class CoherenceFinding(BaseModel):
+    """One place where a task's text says something its own config, evaluator or data contradicts
+    (`gymforge.tasks.coherence`)."""
+
+    kind: Literal["metric", "direction", "file_name", "columns", "id_base", "dataset", "split", "target",
+                  "placeholder", "submission"]
+    evidence: str = Field(description="The sentence or line of the text, quoted.")
+    stated: str = Field(description="What the text says.")
+    actual: str = Field(description="What the task does instead.")
+    file: str = Field(description="Where the text is (the task config), or the file that contradicts it.")
+    by: Literal["rules", "teacher", "submission"] = Field(
+        "rules", description="Who found it: the deterministic rules, the teacher's reading of the prose, or a "
+        "submission written as the text says, which the evaluation refused.")
+
+
+class CoherenceReport(BaseModel):
+    """Whether a task says what it scores: its text against its config, evaluator and installed data."""
+
+    coherent: bool = True
+    findings: list[CoherenceFinding] = []
+    checked: list[str] = Field([], description="The checks that ran (those without an input were skipped).")
+    printed: dict[str, float] = Field({}, description="The metrics the evaluation printed for the baseline.")
+    submission: dict[str, Any] | None = Field(
+        None, description="The submission written from the text: file, header, first row, and the evaluation's "
+        "metrics or its refusal.")
+    teacher: str = Field("not asked", description="The teacher's verdict on the prose: coherent, incoherent, "
+                         "not asked (the rules had found something, or the check was off) or failed: <why>.")
+    seconds: float | None = None
+
+    def evidence(self) -> str:
+        """The findings as the teacher's repair reads them: which sentence, which value, which file."""
+        lines = [f"- {f.kind}: the text says {f.stated!r} where {f.actual} (in {f.file}; "
+                 f"{'found by ' + f.by}): \"{f.evidence}\"" for f in self.findings]
+        return ("the task's text contradicts what it does; make the description state exactly what the evaluation "
+                "computes and accepts:\n" + "\n".join(lines))
+
+
 class VerificationIteration(BaseModel):
     iteration: int
-    source: Literal["generation", "debug", "restart"] = Field(
+    source: Literal["generation", "debug", "restart", "coherence"] = Field(
         description="Where this iteration's code came from: the first generation pass, a debug repair of the "
-        "previous code (p_debug), or a restart from the configs.")
+        "previous code (p_debug), a restart from the configs, or a repair of configs and code with the "
+        "coherence check's evidence.")
     task_id: str | None = None
     errors: list[str] = []
     baseline_scores: dict[str, float] | None = None
@@ -136,6 +174,10 @@ class VerificationIteration(BaseModel):
                                             "ok, reason, sft).")
     no_headroom: bool = Field(False, description="The reference SFT did not beat the base model: the iteration "
                               "failed for want of headroom.")
+    coherence: CoherenceReport | None = Field(None, description="The task's text checked against its config, "
+                                              "evaluator and data (`gymforge.tasks.coherence`), after its baseline.")
+    incoherent: bool = Field(False, description="The text contradicted the task: the iteration failed as "
+                             "incoherent_task.")
     timings_s: dict[str, float] = {}
 
 
@@ -163,6 +205,8 @@ class CheckReport(BaseModel):
     probes: list[ProbeOutcome] = []
     gameable: bool = False
     seconds: float | None = None
+    coherence: CoherenceReport | None = Field(None, description="The task's text against its config, evaluator "
+                                              "and data (`gymforge.tasks.coherence`).")
 
     @property
     def gameable_probes(self) -> list[ProbeOutcome]:

@@ -17,13 +17,14 @@ from dataclasses import dataclass
 from typing import Any
 
 import gymforge.offline.families
-from gymforge.offline import agent_policy, proposals, topics
+from gymforge.offline import agent_policy, coherence, proposals, topics
 
 HEADINGS: dict[str, str] = {
     "## Sample research topics": "topics",
     "## Propose a task": "propose",
     "## Write the task configuration": "configs",
     "## Write the starter code": "code",
+    "## Check the task's coherence": "coherence",
 }
 REPAIR_HEADING = "## Validation errors"
 NUDGE_PREFIX = "Your last reply could not be used"
@@ -111,6 +112,8 @@ def respond(body: dict[str, Any]) -> Reply:
 
     if role == "topics":
         return Reply(topics.answer(request, seed=seed, nudged=nudged))
+    if role == "coherence":
+        return Reply(coherence.answer(request))
     if role == "propose":
         offered = body.get("tool_choice") != "none" and any(
             (tool.get("function") or {}).get("name") == SEARCH_TOOL for tool in body.get("tools") or []

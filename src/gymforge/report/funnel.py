@@ -56,7 +56,7 @@ class StageStatus(BaseModel):
     skipped: int = 0
     discarded: dict[str, int] = {}
     repaired: dict[str, int] = Field({}, description="Kept items that needed repairs first, by what failed "
-                                     "(verification: `gameable_evaluator` or `runtime_error`).")
+                                     "(verification: `incoherent_task`, `gameable_evaluator` or `runtime_error`).")
     failed: dict[str, int] = Field({}, description="Jobs whose last run failed, by reason code (`<log>.failed.json`).")
     usage: UsageRecord = UsageRecord()
     llm: LLMActivity = LLMActivity()
@@ -82,7 +82,8 @@ def _repairs(reports: Iterable[VerificationReport]) -> dict[str, int]:
     found: Counter[str] = Counter()
     for r in reports:
         if r.status == "ok":
-            found.update({"gameable_evaluator" if it.gameable else "runtime_error" for it in r.iterations[:-1]})
+            found.update({"incoherent_task" if it.incoherent else "gameable_evaluator" if it.gameable
+                          else "runtime_error" for it in r.iterations[:-1]})
     return dict(sorted(found.items()))
 
 

@@ -30,7 +30,6 @@ changes none of them.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from typing import Any
@@ -40,13 +39,6 @@ from gymforge.agent.tools import is_training_command
 from gymforge.core.config import RewardConfig
 from gymforge.core.metrics import valid_metric, valid_metrics
 from gymforge.core.records import Exit, ExitStatus, final_submission
-
-_LOWER = re.compile(r"\b(lower|smaller|less)\s+is\s+better\b|\bminimi[sz]e\b", re.I)
-_HIGHER = re.compile(r"\b(higher|larger|greater|more)\s+is\s+better\b|\bmaximi[sz]e\b", re.I)
-# metric names that are minimised when a task says nothing about its direction
-_LOWER_NAMES = re.compile(r"(loss|error|rmse|mse|mae|mape|logloss|perplexity|time|regret|distance|wer|cer|cost|"
-                          r"makespan|tour|latency|gap|violation|colou?rs|bins)", re.I)
-
 
 @dataclass(frozen=True)
 class TaskMetric:
@@ -85,29 +77,6 @@ class Reward:
 
     def as_dict(self) -> dict[str, Any]:
         return asdict(self)
-
-
-def stated_direction(text: str, metric: str) -> bool | None:
-    """Whether `text` (a task description) says that higher (True) or lower (False) `metric` is better: in a
-    sentence that names the metric, else anywhere when the whole text says only one of them; None if it does
-    not say."""
-    sentences = re.split(r"(?<=[.!?;:\n])\s+", text)
-    named = [s for s in sentences if metric and metric.lower() in s.lower()]
-    for scope in (" ".join(named), text):
-        lower, higher = bool(_LOWER.search(scope)), bool(_HIGHER.search(scope))
-        if lower != higher:
-            return higher
-    return None
-
-
-def metric_direction(metric_text: str) -> tuple[str, bool]:
-    """(metric name, higher_is_better) from a proposal's metric text such as "rmse (lower is better)"."""
-    name = re.split(r"[\s(]", metric_text.strip(), maxsplit=1)[0] if metric_text.strip() else ""
-    if _LOWER.search(metric_text):
-        return name, False
-    if _HIGHER.search(metric_text):
-        return name, True
-    return name, not _LOWER_NAMES.search(name)
 
 
 def _value(entry: Mapping[str, Any], metric: str) -> float | None:

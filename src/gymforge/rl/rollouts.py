@@ -23,7 +23,8 @@ from pathlib import Path
 from typing import Any
 
 from gymforge.core.prompts import render
-from gymforge.rl.rewards import TaskMetric, metric_direction
+from gymforge.rl.rewards import TaskMetric
+from gymforge.tasks.metrics import metric_direction
 from gymforge.core.records import VerificationReport
 from gymforge.tasks.mlgym import dump_yaml, load_task_config
 

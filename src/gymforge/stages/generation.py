@@ -15,6 +15,7 @@ from gymforge.hub import get_hub
 from gymforge.llm.client import make_client
 from gymforge.llm.codeblocks import CodeBlockError, parse_files
 from gymforge.tasks import posttraining
+from gymforge.tasks.coherence import stated_metric
 from gymforge.tasks.files import (
     GENERIC_PACKAGES,
     TaskValidationError,
@@ -83,16 +84,22 @@ def _seed(cfg: GymforgeConfig, stage: str, slot: str, variant: int) -> int:
     return derive_seed(cfg.seed, stage, slot, *([variant] if variant else []))
 
 
-def draft_configs(cfg: GymforgeConfig, slot: str, proposal: ProposalRecord, *, variant: int = 0) -> GenerationRecord:
-    """Stage 1 of generation for one proposal: configs drafted, validated and repaired (bounded)."""
+def draft_configs(cfg: GymforgeConfig, slot: str, proposal: ProposalRecord, *, variant: int = 0,
+                  previous: dict[str, str] | None = None, errors: list[str] | None = None) -> GenerationRecord:
+    """Stage 1 of generation for one proposal: configs drafted, validated and repaired (bounded). With `previous`
+    and `errors`, the teacher repairs configs that verification found wrong (an incoherent description)."""
     dataset = proposal.dataset
     payload = {**proposal.proposal.model_dump(), "dataset": _dataset_brief(dataset) if dataset else None}
     messages = [
         {"role": "system", "content": render("system_teacher")},
         {"role": "user", "content": render(
             "write_configs", proposal_json=json.dumps(payload, indent=2), has_dataset=dataset is not None,
-            local_data=bool(dataset and dataset.get("is_local")), entrypoints=ENTRYPOINTS[:3])},
+            local_data=bool(dataset and dataset.get("is_local")), entrypoints=ENTRYPOINTS[:3],
+            metric=proposal.proposal.metric)},
     ]
+    if previous is not None:
+        messages += [{"role": "assistant", "content": code_files_markdown(previous)},
+                     {"role": "user", "content": render("repair", errors=errors or [])}]
 
     def validate(text: str):
         files = parse_files(text)
@@ -174,7 +181,7 @@ def draft_code(cfg: GymforgeConfig, slot: str, configs: GenerationRecord, propos
             dataset_json=json.dumps(_dataset_brief(dataset), indent=2, default=str) if dataset else "",
             local_data=bool(dataset and dataset.get("is_local")), task_id=task.id,
             entrypoint=task.task_entrypoint, artefact=artefact, eval_args=eval_args,
-            generic_packages=sorted(GENERIC_PACKAGES))},
+            generic_packages=sorted(GENERIC_PACKAGES), metric=stated_metric(task.description or ""))},
     ]
     if previous is not None:
         messages += [{"role": "assistant", "content": code_files_markdown(previous)},

@@ -13,7 +13,8 @@ from gymforge.core import atomic
 from gymforge.core.config import GymforgeConfig
 from gymforge.core.records import (GenerationRecord, ProposalRecord, VerificationIteration, VerificationReport,
                             derive_seed)
-from gymforge.rl.rewards import metric_direction
+from gymforge.tasks.coherence import check_coherence, teacher_judge
+from gymforge.tasks.metrics import metric_direction, natural_direction, same_metric, stated_direction
 from gymforge.stages.generation import draft_code, draft_configs, materialize_task
 from gymforge.student.cpu_training import prepare_cpu_process
 from gymforge.tasks.files import answer_columns
@@ -62,14 +63,42 @@ def check_baseline(cfg: GymforgeConfig, tree: Path, run_dir: Path, hidden, it: V
     return env, report
 
 
-def proposal_metric(metric_text: str, measured: dict[str, float]) -> tuple[str, bool]:
+def proposal_metric(metric_text: str, measured: dict[str, float], description: str = "") -> tuple[str, bool]:
     """The metric the proposal ranks by, as the evaluation names it, and its direction. When the evaluation
-    prints no metric of that name (any case) but only one, that one stands for it."""
+    prints no metric of that name (or a synonym) but only one, that one stands for it, with the direction the task's
+    description states for it (else the one its name implies): the proposal's direction was about another
+    metric."""
     name, higher_is_better = metric_direction(metric_text)
     found = next((k for k in measured if k.lower() == name.lower()), None)
+    found = found or next((k for k in measured if same_metric(name, k)), None)
     if found is None and len(measured) == 1:
         found = next(iter(measured))
+        stated = stated_direction(description, found) if description else None
+        natural = natural_direction(found)
+        higher_is_better = stated if stated is not None else natural if natural is not None else \
+            metric_direction(found)[1]
     return found or name, higher_is_better
+
+
+def check_task_coherence(cfg: GymforgeConfig, env, baseline: dict[str, float], metric: str, higher_is_better: bool,
+                         dataset_id: str | None, seed: int, it: VerificationIteration) -> bool:
+    """The coherence check of the installed task whose workspace holds the baseline's artefact (`verification.
+    coherence`); recorded in `it`. False (with the evidence in `it.errors`) when its text contradicts it."""
+    started = time.monotonic()
+    try:
+        if cfg.verification.coherence == "teacher":
+            with make_client(cfg, "verification") as llm:
+                report = check_coherence(env, baseline, metric=metric, higher_is_better=higher_is_better,
+                                         dataset_id=dataset_id, judge=teacher_judge(llm, seed))
+        else:
+            report = check_coherence(env, baseline, metric=metric, higher_is_better=higher_is_better,
+                                     dataset_id=dataset_id)
+    finally:
+        it.timings_s["coherence"] = round(time.monotonic() - started, 3)
+    it.coherence, it.incoherent = report, not report.coherent
+    if not report.coherent:
+        it.errors.append(report.evidence())
+    return report.coherent
 
 
 def probe_evaluator(env, baseline: dict[str, float], metric: str, higher_is_better: bool, seed: int,
@@ -110,14 +139,17 @@ def reference_headroom(cfg: GymforgeConfig, env, baseline: dict[str, float], hig
 
 
 def _attempt(cfg: GymforgeConfig, tree: Path, work: Path, hidden, episode_dir: Path, seed: int,
-             it: VerificationIteration, metric_text: str):
-    """Baseline + evaluation, the evaluator probes, then one teacher episode. Errors land in `it.errors`;
-    returns the baseline env."""
+             it: VerificationIteration, metric_text: str, dataset_id: str | None = None):
+    """Baseline + evaluation, the coherence check, the evaluator probes, then one teacher episode. Errors land in
+    `it.errors`; returns the baseline env."""
     checked = check_baseline(cfg, tree, work / "baseline", hidden, it)
     if checked is None:
         return None
     env, report = checked
-    metric, higher_is_better = proposal_metric(metric_text, report.metrics)
+    metric, higher_is_better = proposal_metric(metric_text, report.metrics, env.task.description or "")
+    if cfg.verification.coherence != "off" and not check_task_coherence(
+            cfg, env, report.metrics, metric, higher_is_better, dataset_id, derive_seed(seed, "coherence"), it):
+        return None
     if cfg.verification.probes and not probe_evaluator(env, report.metrics, metric, higher_is_better,
                                                        derive_seed(seed, "probes"), it):
         return None
@@ -175,7 +207,8 @@ def _verify(cfg: GymforgeConfig, slot: str, proposal: ProposalRecord, configs: G
                 last_good = code
                 hidden = answer_columns(proposal, code)
                 outcome = _attempt(cfg, tree, scratch / f"run{iteration}", hidden, episode_dir,
-                                   derive_seed(cfg.seed, "verification", slot, iteration), it, metric_text)
+                                   derive_seed(cfg.seed, "verification", slot, iteration), it, metric_text,
+                                   proposal.dataset.get("id") if proposal.dataset else None)
             if outcome is not None:
                 env, episode_usage = outcome
                 report.usage.add(episode_usage)
@@ -183,17 +216,26 @@ def _verify(cfg: GymforgeConfig, slot: str, proposal: ProposalRecord, configs: G
                 shutil.copytree(episode_dir, verified / "episode")
                 report.baseline_scores, report.hidden_columns = [it.baseline_scores], hidden
                 report.task_id, report.entrypoint = code.task_id, code.entrypoint
-                report.metric, report.higher_is_better = proposal_metric(metric_text, it.baseline_scores or {})
+                report.metric, report.higher_is_better = proposal_metric(
+                    metric_text, it.baseline_scores or {}, env.task.description or "")
                 break
             if iteration == cfg.verification.max_iterations:
                 report.status = "discarded"
-                report.reason_code = ("gameable_evaluator" if it.gameable else "no_headroom" if it.no_headroom
-                                      else "verification_failed")
+                report.reason_code = ("incoherent_task" if it.incoherent else "gameable_evaluator" if it.gameable
+                                      else "no_headroom" if it.no_headroom else "verification_failed")
                 report.reason = f"still failing after {iteration} iterations: " + "; ".join(it.errors)[:EXCERPT]
                 break
             # The self-debug loop: repair the code with the errors (p_debug) or regenerate from the configs.
             rng = random.Random(derive_seed(cfg.seed, "debug-branch", slot, iteration))
-            if rng.random() < cfg.verification.p_debug:
+            if it.incoherent:
+                # The text is what is wrong: configs and code go back together, with the check's evidence.
+                source = "coherence"
+                configs = draft_configs(cfg, slot, proposal, variant=iteration, previous=configs.files,
+                                        errors=it.errors)
+                report.usage.add(configs.usage)
+                code = (draft_code(cfg, slot, configs, proposal, variant=iteration, previous=last_good.files,
+                                   runtime_errors=it.errors) if configs.status == "ok" else configs)
+            elif rng.random() < cfg.verification.p_debug:
                 source = "debug"
                 code = draft_code(cfg, slot, configs, proposal, variant=iteration, previous=last_good.files,
                                   runtime_errors=it.errors)

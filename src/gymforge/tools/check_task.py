@@ -1,10 +1,14 @@
-"""`gymforge check-task`: probe a task's evaluator with knowledge-free degenerate submissions.
+"""`gymforge check-task`: check a task's text against what it does, and probe its evaluator with knowledge-free
+degenerate submissions.
 
 The task is installed as for any episode, its baseline runs (a task without a baseline script is scored as
 installed, e.g. a game's untouched strategy; where nothing can be scored, as MLGym's `titanic`, its recorded
 `baseline_scores` stand), then every probe of `gymforge.tasks.probes` is evaluated in the same sandboxes and
 under the same evaluation contract as an agent's submission. The task is gameable when any probe is
-accepted with a score strictly better than the baseline's.
+accepted with a score strictly better than the baseline's. Before the probes, the coherence check
+(`gymforge.tasks.coherence`) compares the task's description with the metrics its evaluation printed, its
+declared metric, the submission the evaluation accepted and the installed data; its findings are reported (and
+in the JSON report's `coherence` section) but do not change the exit status, which is about gameability.
 """
 
 from __future__ import annotations
@@ -17,9 +21,11 @@ from typing import Any
 from gymforge.core import atomic
 from gymforge.core.config import GymforgeConfig, config_or_defaults
 from gymforge.core.gpus import gpu_count
-from gymforge.core.records import CheckReport, VerificationReport, derive_seed
-from gymforge.rl.rewards import metric_direction, stated_direction
+from gymforge.core.records import CheckReport, CoherenceReport, VerificationReport, derive_seed
+from gymforge.tasks.metrics import metric_direction, stated_direction
 from gymforge.sandbox import Limits
+from gymforge.llm.client import make_client
+from gymforge.tasks.coherence import check_coherence, teacher_judge
 from gymforge.tasks.datacache import cache_root
 from gymforge.tasks.episode import EpisodeRunner, sandbox_for
 from gymforge.tasks.posttraining import post_training_settings
@@ -52,9 +58,12 @@ def check_task(task_yaml: Path, root: Path | None = None, out: Path = Path("chec
                cfg: GymforgeConfig | None = None, sandbox: str | None = None, seed: int = 0,
                metric: str | None = None, higher_is_better: bool | None = None, gpus: int | None = None,
                limits: Limits | None = None, hidden_columns: dict[str, list[str]] | None = None,
-               dataset_cache: Path | None = None, stop_at_first: bool = False) -> CheckReport:
-    """Install the task at `task_yaml` under `out`, run its baseline and probe its evaluator
-    (`stop_at_first`: stop at the first probe that beats the baseline)."""
+               dataset_cache: Path | None = None, stop_at_first: bool = False,
+               coherence: str | None = None, coherence_only: bool = False) -> CheckReport:
+    """Install the task at `task_yaml` under `out`, run its baseline, check its text's coherence (`coherence`:
+    off, rules or teacher; default `verification.coherence`) and probe its evaluator (`stop_at_first`: stop at
+    the first probe that beats the baseline). `coherence_only`: run nothing of the task, check its text against
+    its recorded baseline_scores (`_coherence_only`)."""
     base = cfg or GymforgeConfig()
     if sandbox is not None:
         base = base.model_copy(update={"sandbox": base.sandbox.model_copy(update={"backend": sandbox})})
@@ -67,12 +76,60 @@ def check_task(task_yaml: Path, root: Path | None = None, out: Path = Path("chec
                            post_training=post_training_settings(base))
     env = runner.environment(task_yaml, root=root, run_dir=Path(out) / "probe",
                              hidden_columns=hidden_columns)
+    if coherence_only:  # nothing is installed: the text against the task's files and recorded scores
+        return _coherence_only(env, base, metric, higher_is_better, coherence, seed)
     env.install()
     baseline = measure_baseline(env)
     metric, higher_is_better = priority_metric(env.task.id, baseline[0], metric, higher_is_better,
                                                description=env.task.description)
-    return probe_environment(env, seed=derive_seed(seed, "probes", env.task.id), metric=metric,
-                             higher_is_better=higher_is_better, baseline=baseline, stop_at_first=stop_at_first)
+    # Before the probes, which need the baseline's artefact in the workspace (the check puts it back).
+    found = _coherence(env, base, baseline[0] if baseline[1] == "measured" else {}, metric, higher_is_better,
+                       coherence, seed)
+    report = probe_environment(env, seed=derive_seed(seed, "probes", env.task.id), metric=metric,
+                               higher_is_better=higher_is_better, baseline=baseline, stop_at_first=stop_at_first)
+    report.coherence = found
+    return report
+
+
+def _coherence(env, cfg: GymforgeConfig, printed: dict[str, float], metric: str, higher_is_better: bool,
+               mode: str | None, seed: int, score_submission: bool = True) -> CoherenceReport | None:
+    mode = cfg.verification.coherence if mode is None else mode
+    if mode == "off":
+        return None
+    if mode == "rules":
+        return check_coherence(env, printed, metric=metric, higher_is_better=higher_is_better,
+                               score_submission=score_submission)
+    with make_client(cfg, "check-task") as llm:
+        return check_coherence(env, printed, metric=metric, higher_is_better=higher_is_better,
+                               score_submission=score_submission,
+                               judge=teacher_judge(llm, derive_seed(seed, "coherence", env.task.id)))
+
+
+def _coherence_only(env, cfg: GymforgeConfig, metric: str | None, higher_is_better: bool | None, mode: str | None,
+                    seed: int) -> CheckReport:
+    """The coherence check without running anything of the task: its recorded `baseline_scores` stand for what
+    the evaluation prints (for tasks whose baseline needs GPUs or hours), no submission is scored, no probe runs."""
+    recorded = dict((env.task.baseline_scores or [{}])[0])
+    metric, higher_is_better = priority_metric(env.task.id, recorded, metric, higher_is_better,
+                                               description=env.task.description)
+    found = _coherence(env, cfg, recorded, metric, higher_is_better, mode or "rules", seed, score_submission=False)
+    value = next((v for k, v in recorded.items() if k.lower() == metric.lower()), float("nan"))
+    return CheckReport(task_id=env.task.id, entrypoint=env.task.task_entrypoint, metric=metric,
+                       higher_is_better=higher_is_better, baseline=value, baseline_source="recorded",
+                       coherence=found)
+
+
+def _print_coherence(report: CheckReport) -> None:
+    found = report.coherence
+    if found is None:
+        return
+    verdict = "coherent" if found.coherent else f"INCOHERENT ({len(found.findings)} contradictions)"
+    print(f"coherence: {verdict}; checked {', '.join(found.checked)}; teacher: {found.teacher}")
+    if found.submission is not None:
+        outcome = found.submission.get("rejected") or found.submission.get("metrics")
+        print(f"  a submission written as the text says ({found.submission['header']}): {outcome}")
+    for f in found.findings:
+        print(f"  {f.kind:<11} says {f.stated!r}, but {f.actual} [{f.by}, {f.file}]\n              \"{f.evidence}\"")
 
 
 def main(args: Any) -> None:
@@ -88,11 +145,15 @@ def main(args: Any) -> None:
         report = check_task(Path(args.task_yaml), Path(args.root) if args.root else None, Path(args.out), cfg=cfg,
                             sandbox=args.sandbox, seed=args.seed, metric=metric, higher_is_better=direction,
                             gpus=args.gpus, dataset_cache=cache_root(cfg),
-                            hidden_columns=verified.hidden_columns if verified else None)
+                            hidden_columns=verified.hidden_columns if verified else None,
+                            coherence=args.coherence, coherence_only=args.coherence_only)
     except CheckError as err:
         sys.exit(f"gymforge check-task: {err}")
     if args.json:
         atomic.write_text(Path(args.json), report.model_dump_json(indent=2))
+    if args.coherence_only:
+        _print_coherence(report)
+        return
     arrow = "higher" if report.higher_is_better else "lower"
     print(f"{report.task_id}: baseline {report.metric} = {report.baseline:g} ({report.baseline_source}, {arrow} is "
           f"better); {len(report.probes)} probes in {report.seconds:.1f} s")
@@ -101,6 +162,7 @@ def main(args: Any) -> None:
                                                  "no better")
         detail = o.rejected if o.rejected else f"{report.metric} = {o.score:g}"
         print(f"  {verdict:<9} {o.name:<26} {detail}")
+    _print_coherence(report)
     if report.gameable:
         for o in report.gameable_probes:
             print(f"\n{o.name}: {o.description}; wrote {o.submission_file}:\n{o.submission}")

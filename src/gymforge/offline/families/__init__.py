@@ -22,6 +22,7 @@ import yaml
 
 from gymforge.tasks.mlgym import DatasetConfig, TaskConfig, dump_yaml
 from gymforge.offline import vocabulary
+from gymforge.tasks.metrics import known_metric, same_metric
 from gymforge.offline.families import (
     bugs,
     classification,
@@ -40,6 +41,7 @@ from gymforge.offline.families.common import (
     n_rows,
     other_style,
     parse_facts,
+    proposal_text,
     seeded,
 )
 
@@ -98,6 +100,9 @@ def write_configs(proposal: dict[str, Any], *, seed: int, attempt: int) -> str:
     rng = seeded(seed, "configs", _key(proposal))
     spec = _plan(proposal, rng)
     module = FAMILIES[spec.family]
+    if not bugs.metric_drift(_key(proposal), seed, attempt):
+        # The metric chosen is carried into the proposal's sentence; a drifting draft keeps the sentence as it was.
+        proposal = {**proposal, "description": carry_metric(proposal, spec)}
     baseline, evaluation = module.file_names(spec)
     task: dict[str, Any] = {"id": spec.task_id, "name": str(proposal["topic"]),
                             "description": module.describe(spec, proposal, rng)}
@@ -123,6 +128,21 @@ def write_configs(proposal: dict[str, Any], *, seed: int, attempt: int) -> str:
     # model_construct: a buggy draft must reach the page as written, not be rejected here.
     files = {f"configs/tasks/{spec.task_id}.yaml": dump_yaml(TaskConfig.model_construct(**task)), **files}
     return markdown(files)
+
+
+def carry_metric(proposal: dict[str, Any], spec: TaskSpec) -> str:
+    """The proposal's description with its metric phrase ("mae (lower is better)") rewritten to the metric the
+    task scores, when the proposal named a metric the task does not score; else as it was."""
+    text, stated = proposal_text(proposal), str(proposal.get("metric") or "")
+    name = stated.split(" (", 1)[0]
+    if not stated or not known_metric(name) or same_metric(name, spec.metric):
+        return text
+    return text.replace(stated, f"{spec.metric} ({spec.direction})")
+
+
+def metric_drift(proposal: dict[str, Any], *, seed: int, attempt: int) -> bool:
+    """Whether `write_configs` lets this draft score another metric than the proposal's sentence names."""
+    return bugs.metric_drift(_key(proposal), seed, attempt)
 
 
 def config_bug(proposal: dict[str, Any], *, seed: int, attempt: int) -> str | None:

@@ -6,7 +6,9 @@ baseline's data loading, both caught by static checks, or a runtime-only slip (w
 file name, wrong config key, renamed entry function) that only running the task reveals. Apart from these,
 a share of first code drafts has a sloppy evaluator: it runs, and scores the baseline right, but accepts
 degenerate submissions (ids not checked, invalid predictions dropped, a packing's constraints unchecked),
-which only the evaluator probes of verification reveal. Repairs
+which only the evaluator probes of verification reveal. And a share of first config drafts drifts from the
+proposal's metric: the description keeps the proposal's sentence ("The evaluation reports mae") while the task
+scores another metric, which only verification's coherence check reveals. Repairs
 (attempt >= 1) are clean. The decision is a pure function of (stage key, seed, attempt), so callers can ask
 `config_bug` / `code_bug` in `families` which bug a draft carries.
 """
@@ -49,6 +51,16 @@ SLOPPY_EVALUATOR_P = 0.3
 
 def sloppy_evaluator(key: object, seed: int, attempt: int) -> bool:
     return not attempt and seeded(seed, "sloppy-evaluator", key).random() < SLOPPY_EVALUATOR_P
+
+
+# Share of first config drafts that keep the proposal's sentence about its metric whatever metric the task scores
+# (the config step chose its own and did not rewrite what the proposal said): where the two differ, the coherence
+# check's quarry.
+METRIC_DRIFT_P = 0.35
+
+
+def metric_drift(key: object, seed: int, attempt: int) -> bool:
+    return not attempt and seeded(seed, "metric-drift", key).random() < METRIC_DRIFT_P
 
 
 def bug_rng(seed: int, key: object) -> random.Random:

@@ -415,6 +415,9 @@ def plan(family: str, problem: str, metrics: tuple[str, ...], proposal: dict[str
                          proposal["topic"], rng)
     if target is None:
         return None
+    # A bare metric name ("accuracy") is taken; the pipeline's proposals say "mae (lower is better)", and for those
+    # the writer picks one of the family's metrics itself (seeded), as it always has: `write_configs` then rewrites
+    # the proposal's sentence to the metric picked (`carry_metric`), except in a drifting draft.
     wanted = normalize_metric(str(proposal.get("metric") or ""))
     cols = columns(dataset)
     time_column = ""
