@@ -25,6 +25,8 @@ from gymforge.core.job import classify
 from gymforge.core.prompts import render
 from gymforge.llm.client import LLMClient, make_client
 from gymforge.llm.ledger import Ledger
+from gymforge.report.funnel import collect
+from gymforge.report.summary import summary_html
 from gymforge.offline.server import REASONING_PER_TOKEN, count_tokens, ensure_server
 
 KEY_ENV = "GYMFORGE_REASONING_TEST_KEY"
@@ -330,6 +332,8 @@ def test_snakemake_tasks_runs_against_the_reasoning_endpoint(tmp_path: Path) -> 
     table = subprocess.run([sys.executable, "-m", "gymforge", "status"], cwd=tmp_path, capture_output=True, text=True,
                            check=True).stdout
     assert "reasoning tokens:" in table
+    page = summary_html(collect(tmp_path / "results"), tmp_path / "summary.html").read_text()
+    assert "<th>of them reasoning</th>" in page
 
     chat = tmp_path / "chat-settings"
     strict_workflow(chat, {"provider": "offline", "offline_endpoint": "reasoning"})

@@ -182,6 +182,11 @@ def summary_html(report: dict, out: Path, sft_stats: dict | None = None, results
                 for code, count in s.get("repaired", {}).items()]
     usage = [[n, s["usage"]["calls"], s["usage"]["cache_hits"], s["usage"]["prompt_tokens"],
               s["usage"]["completion_tokens"], f"{s['usage']['cost_usd']:.4f}"] for n, s in stages.items()]
+    usage_head = ["stage", "calls", "cache hits", "prompt tokens", "completion tokens", "cost $"]
+    if any(s["usage"].get("reasoning_tokens") for s in stages.values()):  # a reasoning teacher: its hidden tokens too
+        usage_head.insert(5, "of them reasoning")
+        for row, s in zip(usage, stages.values(), strict=True):
+            row.insert(5, s["usage"].get("reasoning_tokens", 0))
     page = (
         f"<!DOCTYPE html><html><head><meta charset='utf-8'><title>gymforge run summary</title>"
         f"<style>{_STYLE}</style></head><body>"
@@ -192,7 +197,7 @@ def summary_html(report: dict, out: Path, sft_stats: dict | None = None, results
         f"{evaluators_html(results) if results else ''}"
         f"{rl_html(results) if results else ''}"
         f"<h2>LLM usage per stage</h2>"
-        f"{_table(['stage', 'calls', 'cache hits', 'prompt tokens', 'completion tokens', 'cost $'], usage)}"
+        f"{_table(usage_head, usage)}"
         f"<p>LLM requests sent (this results directory, all time): {report['llm']['requests_sent']}</p>"
         f"</body></html>\n")
     return atomic.write_text(out, page)
