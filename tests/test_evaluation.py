@@ -220,3 +220,4 @@ def test_a_suites_evaluators_are_checked_without_bubblewrap(tmp_path: Path, monk
         report = json.loads(out.read_text())
         assert report["baseline_source"] == "measured" and not report["gameable"], report
         assert [p for p in report["probes"] if p["applicable"]], report["probes"]
+        assert report["coherence"]["coherent"], report["coherence"]  # the suite's texts say what they score

@@ -30,7 +30,7 @@ from gymforge.core.progress import Progress
 from gymforge.core.records import (EvalRecord, Exit, RunSummary, Trajectory, UsageRecord, derive_seed, final_submission,
                                    text_hash)
 from gymforge.core.plan import SERVED_SOURCES, model_spec, run_folder, run_ids, teacher_identity  # noqa: F401  (re-exported)
-from gymforge.benchmark.decontamination import ContaminationError, proposal_extra, run
+from gymforge.benchmark.decontamination import ContaminationError, describe, proposal_extra, run
 from gymforge.benchmark.suite import load_benchmark, require_runnable
 from gymforge.core.gpus import device_total, visible_devices
 from gymforge.llm.client import LLMClient
@@ -38,6 +38,7 @@ from gymforge.llm.serving import open_endpoint
 from gymforge.tasks.datacache import cache_root
 from gymforge.tasks.episode import EpisodeRunner
 from gymforge.tasks.mlgym import load_task_config
+from gymforge.tasks.coherence import check_coherence
 from gymforge.tasks.probes import measure_baseline, probe_environment
 
 log = logging.getLogger("gymforge.evaluation")
@@ -206,11 +207,13 @@ def decontamination(cfg: GymforgeConfig, synthesized: list[Path], proposals: lis
             if env.parent.name in by_slot:
                 extra[str(env / "mlgym")] = proposal_extra(by_slot[env.parent.name])
     try:
-        report = run(cfg.evaluate, trees, Path(out), extra)
+        # a tree is results/environments/<slot>/verified/mlgym: its item is the slot
+        report = run(cfg.evaluate, trees, Path(out), extra, on_overlap=cfg.decontamination.on_overlap,
+                     item_of=lambda tree: Path(tree).parent.parent.name)
     except ContaminationError as err:
         raise SystemExit(f"gymforge: scores on the {cfg.evaluate.benchmark} benchmark would be contaminated:\n{err}"
                          ) from err
-    return f"decontamination: {report.checked} synthesized tasks share no dataset or family with the benchmark"
+    return describe(report)
 
 
 def eval_runs(cfg: GymforgeConfig, model: str, task: str, runs: list[int], out: Path, checkpoint: str | None = None,
@@ -222,8 +225,9 @@ def eval_runs(cfg: GymforgeConfig, model: str, task: str, runs: list[int], out: 
 
 
 def check_benchmark_task(cfg: GymforgeConfig, task: str, out: Path) -> str:
-    """Probe benchmark task `task`'s evaluator (`gymforge check-task`) once; the report lands in `out` whatever
-    it finds: a gameable benchmark task is reported beside its scores, not failed."""
+    """Probe benchmark task `task`'s evaluator (`gymforge check-task`) once, after the rules of its coherence check;
+    the report lands in `out` whatever it finds: a gameable or incoherent benchmark task is reported beside its
+    scores, not failed."""
     found = next((t for t in load_benchmark(cfg.evaluate) if t.id == task), None)
     if found is None:
         raise ValueError(f"task {task!r} is not in the {cfg.evaluate.benchmark} benchmark")
@@ -236,9 +240,16 @@ def check_benchmark_task(cfg: GymforgeConfig, task: str, out: Path) -> str:
     with tempfile.TemporaryDirectory(dir=where, prefix=f".{task}-check-") as scratch:
         env = episodes.environment(found.task_yaml, root=found.root, run_dir=Path(scratch) / "run")
         env.install()
+        baseline = measure_baseline(env)
+        # The task's text against what it does, by the rules only (no teacher call in a benchmark job); before the
+        # probes, which need the baseline's artefact in place.
+        coherence = check_coherence(env, baseline[0] if baseline[1] == "measured" else {}, metric=found.metric,
+                                    higher_is_better=found.higher_is_better)
         report = probe_environment(env, seed=derive_seed(cfg.seed, "probes", task), metric=found.metric,
-                                   higher_is_better=found.higher_is_better, baseline=measure_baseline(env))
+                                   higher_is_better=found.higher_is_better, baseline=baseline)
+        report.coherence = coherence
     atomic.write_text(out, report.model_dump_json(indent=1))
     gameable = [p.name for p in report.probes if p.gameable]
+    said = "" if coherence.coherent else f"; its text contradicts it: {', '.join(f.kind for f in coherence.findings)}"
     return (f"{task}: GAMEABLE by {', '.join(gameable)}" if gameable else
-            f"{task}: {len(report.probes)} probes, none better than the baseline") + f" ({report.seconds:.1f} s)"
+            f"{task}: {len(report.probes)} probes, none better than the baseline") + said + f" ({report.seconds:.1f} s)"
