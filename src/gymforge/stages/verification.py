@@ -85,14 +85,14 @@ def check_task_coherence(cfg: GymforgeConfig, env, baseline: dict[str, float], m
     """The coherence check of the installed task whose workspace holds the baseline's artefact (`verification.
     coherence`); recorded in `it`. False (with the evidence in `it.errors`) when its text contradicts it."""
     started = time.monotonic()
+
+    def judge(context):  # the teacher's client only when the rules found nothing and the prose needs reading
+        with make_client(cfg, "verification") as llm:
+            return teacher_judge(llm, seed)(context)
+
     try:
-        if cfg.verification.coherence == "teacher":
-            with make_client(cfg, "verification") as llm:
-                report = check_coherence(env, baseline, metric=metric, higher_is_better=higher_is_better,
-                                         dataset_id=dataset_id, judge=teacher_judge(llm, seed))
-        else:
-            report = check_coherence(env, baseline, metric=metric, higher_is_better=higher_is_better,
-                                     dataset_id=dataset_id)
+        report = check_coherence(env, baseline, metric=metric, higher_is_better=higher_is_better,
+                                 dataset_id=dataset_id, judge=judge if cfg.verification.coherence == "teacher" else None)
     finally:
         it.timings_s["coherence"] = round(time.monotonic() - started, 3)
     it.coherence, it.incoherent = report, not report.coherent

@@ -96,13 +96,12 @@ def _coherence(env, cfg: GymforgeConfig, printed: dict[str, float], metric: str,
     mode = cfg.verification.coherence if mode is None else mode
     if mode == "off":
         return None
-    if mode == "rules":
-        return check_coherence(env, printed, metric=metric, higher_is_better=higher_is_better,
-                               score_submission=score_submission)
-    with make_client(cfg, "check-task") as llm:
-        return check_coherence(env, printed, metric=metric, higher_is_better=higher_is_better,
-                               score_submission=score_submission,
-                               judge=teacher_judge(llm, derive_seed(seed, "coherence", env.task.id)))
+    def judge(context):  # the teacher's client only when the rules found nothing and the prose needs reading
+        with make_client(cfg, "check-task") as llm:
+            return teacher_judge(llm, derive_seed(seed, "coherence", env.task.id))(context)
+
+    return check_coherence(env, printed, metric=metric, higher_is_better=higher_is_better,
+                           score_submission=score_submission, judge=judge if mode == "teacher" else None)
 
 
 def _coherence_only(env, cfg: GymforgeConfig, metric: str | None, higher_is_better: bool | None, mode: str | None,
