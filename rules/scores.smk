@@ -37,6 +37,7 @@ rule run_summary:
         expand(f"{R}/configs/{{slot}}.json", slot=TOPIC_SLOTS),
         expand(f"{R}/tasks/{{slot}}/status.json", slot=TOPIC_SLOTS),
         expand(f"{R}/environments/{{slot}}/report.json", slot=TOPIC_SLOTS),
+        DECONTAMINATION,
         SHARD_FILES,
         f"{SFT}/stats.json",
         CHECKPOINT,
