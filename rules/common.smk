@@ -35,6 +35,8 @@ STUDENT_BASE = f"{R}/student/base" if BUILT_STUDENT else CFG.train.student
 CHECKPOINT = f"{R}/checkpoints/{CFG.train.name}"
 RL_CHECKPOINT = f"{R}/rl/{CFG.train.name}/checkpoint"  # rule train_rl (rules/rl.smk)
 DATASET_CACHE = str(cache_root(CFG))
+# The benchmark check of the synthesized tasks (rule decontamination): what it drops leaves the SFT data and RL pool.
+DECONTAMINATION = f"{R}/scores/decontamination.json"
 
 
 wildcard_constraints:

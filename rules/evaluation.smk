@@ -21,11 +21,14 @@ rule decontamination:
         envs=expand(f"{R}/environments/{{slot}}/verified", slot=TOPIC_SLOTS),
         proposals=expand(f"{R}/proposals/{{slot}}.json", slot=TOPIC_SLOTS),
     output:
-        f"{SCORES}/decontamination.json",
+        DECONTAMINATION,
     log:
         f"{LOGS}/scores/decontamination.log",
     params:
-        digest=CFG.digest("evaluate"),
+        # What is compared: the benchmark's tasks (the `tasks` param below; covered: how evaluate names them) and the
+        # policy. Evaluation settings (steps, models, serving) must not rerun it: the SFT data and RL depend on it.
+        digest=CFG.digest("decontamination", "evaluate.benchmark", "evaluate.mlgym_root", covered=("evaluate",)),
+        tasks=" ".join(BENCHMARK_TASKS),
     shell:
         gymforge(
             "decontamination",
@@ -36,7 +39,7 @@ rule decontamination:
 rule eval_runs:
     input:
         checkpoint=built_checkpoint,
-        decontamination=f"{SCORES}/decontamination.json",
+        decontamination=DECONTAMINATION,
     output:
         f"{SCORES}/runs/{{model}}/{{task}}.json",
     log:

@@ -16,6 +16,7 @@ rule train_rl:
         reports=expand(f"{RL_SOURCE}/{{slot}}/report.json", slot=RL_SLOTS),
         envs=expand(f"{RL_SOURCE}/{{slot}}/verified", slot=RL_SLOTS),
         proposals=expand(f"{R}/proposals/{{slot}}.json", slot=RL_SLOTS),
+        decontamination=DECONTAMINATION,
     output:
         checkpoint=directory(RL_CHECKPOINT),
         curve=f"{RL_DIR}/curve.json",
@@ -38,7 +39,8 @@ rule train_rl:
         gymforge(
             "train-rl",
             "--sft {input.sft} --slots {params.slots} --reports {input.reports} --envs {input.envs} "
-            "--proposals {input.proposals} --out {output.checkpoint} --curve-out {output.curve} --log {log}",
+            "--proposals {input.proposals} --decontamination {input.decontamination} --out {output.checkpoint} "
+            "--curve-out {output.curve} --log {log}",
             gpus=True,
         )
 

@@ -33,6 +33,7 @@ rule sft_dataset:
         shards=SHARD_FILES,
         tokenizer=f"{R}/student/tokenizer",
         extra=EXTRA_SFT_FILES,
+        decontamination=DECONTAMINATION,
     output:
         jsonl=f"{SFT}/train.jsonl",
         dataset=directory(f"{SFT}/dataset"),
@@ -54,7 +55,8 @@ rule sft_dataset:
     shell:
         gymforge(
             "sft-dataset",
-            "--shards {input.shards} --tokenizer {input.tokenizer} --jsonl-out {output.jsonl} --dataset-out {output.dataset} "
+            "--shards {input.shards} --tokenizer {input.tokenizer} --decontamination {input.decontamination} "
+            "--jsonl-out {output.jsonl} --dataset-out {output.dataset} "
             "--rollouts-out {output.rollouts} --stats-out {output.stats}",
         )
 

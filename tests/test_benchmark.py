@@ -17,6 +17,7 @@ from gymforge.benchmark.decontamination import (
     DecontaminationReport,
     Extra,
     check,
+    dropped_items,
     enforce,
     proposal_extra,
     words,
@@ -501,14 +502,23 @@ def test_proposals_feed_the_check(tmp_path: Path) -> None:
         "dataset": {"id": "acme/shoppers"}}))
     assert proposal_extra(results / "proposals" / "t0003.json").datasets == ["acme/shoppers"]
     config = tmp_path / "config.json"
-    config.write_text(GymforgeConfig().model_dump_json())
+    args = ["decontamination", "--config", str(config), "--synthesized", str(tree.parent),
+            "--proposals", str(results / "proposals" / "t0003.json")]
+    config.write_text(GymforgeConfig(decontamination={"on_overlap": "fail"}).model_dump_json())
     out = tmp_path / "decontamination.json"
     with pytest.raises(SystemExit, match="segmentShoppers vs blobClustering"):
-        cli.main(["decontamination", "--config", str(config), "--synthesized", str(tree.parent),
-                  "--proposals", str(results / "proposals" / "t0003.json"), "--out", str(out)])
+        cli.main([*args, "--out", str(out)])
     report = DecontaminationReport.model_validate_json(out.read_text())
     assert [(c.benchmark_task, c.kind) for c in report.conflicts] == [("blobClustering", "family")]
-    assert "extra text" in report.conflicts[0].detail
+    assert "extra text" in report.conflicts[0].detail and report.dropped == {}
+
+    # The default policy: the build goes on, and the overlapping slot is named for the SFT data and the RL pool.
+    config.write_text(GymforgeConfig().model_dump_json())
+    cli.main([*args, "--out", str(out)])
+    report = DecontaminationReport.model_validate_json(out.read_text())
+    assert report.on_overlap == "drop" and not report.ok
+    assert report.dropped == {"t0003": "benchmark_overlap: family of blobClustering (segmentShoppers)"}
+    assert dropped_items(out) == report.dropped
 
 
 def test_odd_evaluate_task_ids_fail_at_config_load(tmp_path: Path) -> None:

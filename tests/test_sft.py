@@ -84,10 +84,12 @@ def test_a_candidate_is_rejected_for_the_first_filter_it_fails_in_reasons_order(
     a candidate failing every filter, mended one filter at a time, is rejected for each reason in turn."""
     cfg = FilterConfig(max_tokens=10, max_per_task=1)
     good = rollout_candidate(rollout(trajectory(["ls", "submit"]), 0))
-    kept = Kept()
+    kept = Kept(excluded=frozenset({good.slot}))  # decontamination dropped its slot
     kept.add(good)  # the same messages, of the same slot, were kept before
     c = dataclasses.replace(good, flags=["scorer_write"], scores=[], messages=None)
     reasons = [reject_reason(c, 11, kept, cfg)]
+    kept = dataclasses.replace(kept, excluded=frozenset())
+    reasons.append(reject_reason(c, 11, kept, cfg))
     c = dataclasses.replace(c, flags=[])
     reasons.append(reject_reason(c, 11, kept, cfg))
     c = dataclasses.replace(c, scores=good.scores)
@@ -150,6 +152,18 @@ def test_exact_duplicates_and_the_per_task_cap(tmp_path, tokenizer_dir):
     assert stats["per_task"]["t0000"]["discarded"] == {"duplicate": 1, "over_task_cap": 1}
     stats = build(tmp_path / "nocap", shards, tokenizer_dir)
     assert stats["kept"] == 3 and stats["discarded"] == {"duplicate": 2}
+
+
+def test_a_slot_decontamination_dropped_gives_no_example_and_is_counted(tmp_path, tokenizer_dir):
+    shards = [write_shard(tmp_path, slot, [rollout(trajectory(["ls", "submit"], tag=slot), 0, slot=slot, task=slot)])
+              for slot in ("t0000", "t0001")]
+    cfg = GymforgeConfig.model_validate({"results_dir": str(tmp_path)})
+    sft = tmp_path / "sft"
+    stats = build_sft(cfg, shards, tokenizer_dir, jsonl_out=sft / "train.jsonl", dataset_out=sft / "dataset",
+                      rollouts_out=sft / "rollouts.jsonl", stats_out=sft / "stats.json", excluded=["t0001"])
+    assert [row["slot"] for row in lines(sft / "train.jsonl")] == ["t0000"]
+    assert stats["kept"] == 1 and stats["discarded"] == {"benchmark_overlap": 1}
+    assert stats["per_task"]["t0001"]["discarded"] == {"benchmark_overlap": 1}
 
 
 def test_a_trajectory_without_any_reply_is_not_an_example(tmp_path, tokenizer_dir):

@@ -15,14 +15,16 @@ with a benchmark task when
   "prisoners dilemma").
 
 `check` returns a report; `write_report` stores it; `enforce` raises `ContaminationError` listing the
-conflicts; `run` does both for the `gymforge decontamination` command, which fails the build.
+conflicts; `run` does both for the `gymforge decontamination` command. What a conflict does is the run's policy
+(`decontamination.on_overlap`): `drop` (the default) keeps the build going and records the overlapping tasks in
+the report's `dropped`, which the SFT data and the RL pool leave out; `fail` stops the build.
 """
 
 from __future__ import annotations
 
 import json
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, Literal
 
@@ -48,6 +50,7 @@ class Conflict(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     task_id: str  # the synthesized task
+    tree: str = ""  # its MLGym tree, as given to `check`
     benchmark_task: str
     kind: Literal["dataset", "family"]
     detail: str
@@ -60,6 +63,10 @@ class DecontaminationReport(BaseModel):
     benchmark: str
     checked: int  # synthesized tasks checked
     conflicts: list[Conflict] = Field(default_factory=list)
+    on_overlap: Literal["drop", "fail"] = "fail"
+    dropped: dict[str, str] = Field(default_factory=dict, description="Items left out of the SFT data and the RL "
+                                    "pool under `on_overlap: drop` (a topic slot, or a tree when it has none), with "
+                                    "the reason.")
 
 
 class Extra(BaseModel):
@@ -198,7 +205,7 @@ def check(
                     known = identities.get((task.id, dataset_key(identity)))
                     if known is not None:
                         conflicts.append(Conflict(
-                            task_id=synth.id, benchmark_task=task.id, kind="dataset",
+                            task_id=synth.id, tree=str(tree), benchmark_task=task.id, kind="dataset",
                             detail=f"{synth.path}: its dataset {identity!r} ({source}) is the benchmark dataset "
                                    f"{known!r} of {task.id}",
                         ))
@@ -209,7 +216,7 @@ def check(
                     keyword, field, at, phrase = hit
                     context = " ".join(tokens[field][max(0, at - 6) : at + len(phrase) + 6])
                     conflicts.append(Conflict(
-                        task_id=synth.id, benchmark_task=task.id, kind="family",
+                        task_id=synth.id, tree=str(tree), benchmark_task=task.id, kind="family",
                         detail=f"{synth.path}: its {field} names the {task.family} family of {task.id} "
                                f"(keyword {keyword!r}: \"... {context} ...\")",
                     ))
@@ -222,8 +229,15 @@ def describe(report: DecontaminationReport) -> str:
     if report.ok:
         return f"decontamination: {report.checked} synthesized task(s) share no dataset or family with the " \
                f"{report.benchmark} benchmark"
-    lines = [f"decontamination failed: {len(report.conflicts)} conflict(s) between {report.checked} synthesized "
-             f"task(s) and the {report.benchmark} benchmark (remove those tasks or change the benchmark):"]
+    if report.on_overlap == "drop":
+        head = (f"decontamination: {len(report.dropped)} of {report.checked} synthesized task(s) overlap the "
+                f"{report.benchmark} benchmark and are left out of the SFT data and the RL pool "
+                f"(decontamination.on_overlap: drop):")
+    else:
+        head = (f"decontamination failed: {len(report.conflicts)} conflict(s) between {report.checked} synthesized "
+                f"task(s) and the {report.benchmark} benchmark (remove those tasks, change the benchmark, or set "
+                f"decontamination.on_overlap: drop):")
+    lines = [head]
     lines += [f"- {c.task_id} vs {c.benchmark_task} [{c.kind}]: {c.detail}" for c in report.conflicts]
     return "\n".join(lines)
 
@@ -234,9 +248,23 @@ def write_report(report: DecontaminationReport, out: Path | str) -> Path:
 
 
 def enforce(report: DecontaminationReport) -> None:
-    """Raise ContaminationError (listing every conflict) unless the report is clean."""
-    if not report.ok:
+    """Raise ContaminationError (listing every conflict) unless the report is clean or its policy drops them."""
+    if not report.ok and report.on_overlap == "fail":
         raise ContaminationError(report)
+
+
+def drop_overlaps(report: DecontaminationReport, item_of: Callable[[str], str] = str) -> DecontaminationReport:
+    """`report` under the `drop` policy: every synthesized tree with a conflict goes to `dropped` (keyed by
+    `item_of(tree)`, e.g. its topic slot), the reason naming the benchmark task and how it overlaps."""
+    dropped: dict[str, str] = {}
+    for c in report.conflicts:
+        dropped.setdefault(item_of(c.tree), f"benchmark_overlap: {c.kind} of {c.benchmark_task} ({c.task_id})")
+    return report.model_copy(update={"on_overlap": "drop", "dropped": dict(sorted(dropped.items()))})
+
+
+def dropped_items(report_json: Path | str) -> dict[str, str]:
+    """The items a written report leaves out of the SFT data and the RL pool (none under `fail`)."""
+    return DecontaminationReport.model_validate_json(Path(report_json).read_text()).dropped
 
 
 # ---- pipeline glue -------------------------------------------------------------------------------------------
@@ -257,9 +285,15 @@ def run(
     synthesized: Sequence[Path | str],
     out: Path | str,
     extra: Mapping[str, Extra | str] | None = None,
+    *,
+    on_overlap: Literal["drop", "fail"] = "fail",
+    item_of: Callable[[str], str] = str,
 ) -> DecontaminationReport:
-    """Check against the configured benchmark, write the report to `out`, raise if it is not clean."""
+    """Check against the configured benchmark and write the report to `out`; raise if it is not clean, unless
+    `on_overlap` is `drop` (then the overlapping trees are the report's `dropped`, keyed by `item_of(tree)`)."""
     report = check(load_benchmark(evaluate_cfg), synthesized, extra, benchmark_name=evaluate_cfg.benchmark)
+    if on_overlap == "drop":
+        report = drop_overlaps(report, item_of)
     write_report(report, out)
     enforce(report)
     return report

@@ -231,6 +231,15 @@ class MicroConfig(_Strict):
     runtime_min: int = Field(30, ge=1, description="Wall-clock minutes each micro_task job of a verified task declares.")
 
 
+class DecontaminationConfig(_Strict):
+    """What happens when a synthesized task shares a dataset or a task family with the benchmark."""
+
+    on_overlap: Literal["drop", "fail"] = Field(
+        "drop", description="`drop`: the overlapping tasks leave the SFT data (filter reason `benchmark_overlap`) "
+        "and the RL pool, counted in the funnel, and the build goes on; `fail`: the build stops at the "
+        "decontamination step, listing every conflict.")
+
+
 class TrajectoriesConfig(_Strict):
     per_task: int = Field(6, ge=1, description="Teacher rollouts per verified task (paper: 256).")
     shard_size: int = Field(4, ge=1, description="Rollouts per shard job; a shard's rollouts run concurrently and "
@@ -563,6 +572,7 @@ class GymforgeConfig(_Strict):
     agent: AgentSettings = AgentSettings()
     verification: VerificationConfig = VerificationConfig()
     micro: MicroConfig = MicroConfig()
+    decontamination: DecontaminationConfig = DecontaminationConfig()
     trajectories: TrajectoriesConfig = TrajectoriesConfig()
     filter: FilterConfig = FilterConfig()
     sft: SftConfig = SftConfig()

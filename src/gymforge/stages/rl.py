@@ -42,6 +42,7 @@ import time
 from pathlib import Path
 from typing import Any, Callable
 
+from gymforge.benchmark.decontamination import dropped_items
 from gymforge.core import atomic
 from gymforge.core.config import EndpointConfig, GymforgeConfig, ModelSpec
 from gymforge.core.records import derive_seed, text_hash
@@ -420,12 +421,22 @@ def load_tasks(slots: list[str], reports: list[Path], envs: list[Path], proposal
 
 
 def train_rl(cfg: GymforgeConfig, sft: Path, slots: list[str], reports: list[Path], envs: list[Path],
-             proposals: list[Path], out: Path, curve_out: Path, log: Path | None = None) -> str:
+             proposals: list[Path], out: Path, curve_out: Path, log: Path | None = None,
+             decontamination: Path | None = None) -> str:
     """Run (or resume) on-policy RL of the SFT student on the slots' tasks (one report, environment and
-    proposal per slot, in order); write the final checkpoint to `out` and the reward curve to `curve_out`."""
-    curve = run_rl(cfg, Path(sft), load_tasks(slots, reports, envs, proposals), Path(out), Path(curve_out),
-                   log_file=log)
-    return (f"{len(curve['iterations'])} RL iterations: mean reward first quarter "
+    proposal per slot, in order), but those the decontamination report dropped; write the final checkpoint to `out`
+    and the reward curve to `curve_out`."""
+    dropped = dropped_items(decontamination) if decontamination else {}
+    pool = [item for item in zip(slots, reports, envs, proposals, strict=True) if item[0] not in dropped]
+    for slot in sorted(set(slots) & dropped.keys()):
+        logging.getLogger("gymforge.rl").info("RL pool: %s left out (%s)", slot, dropped[slot])
+    if not pool:
+        raise SystemExit(f"gymforge: every RL task ({', '.join(slots)}) overlaps the benchmark and was dropped by "
+                         "decontamination: choose other rl.tasks")
+    tasks = [load_task(slot, report, env, proposal) for slot, report, env, proposal in pool]
+    curve = run_rl(cfg, Path(sft), tasks, Path(out), Path(curve_out), log_file=log)
+    left_out = f"; {len(set(slots) & dropped.keys())} task(s) left out as benchmark overlaps" if dropped else ""
+    return (f"{len(curve['iterations'])} RL iterations{left_out}: mean reward first quarter "
             f"{curve.get('first_quarter_mean_reward')} -> last quarter {curve.get('last_quarter_mean_reward')}; "
             f"{curve.get('groups_dropped_zero_variance', 0)} zero-variance groups dropped, "
             f"{curve.get('updates_skipped', 0)} updates skipped")

@@ -30,18 +30,20 @@ rebuilds every request a trajectory sent (`requests_of`, which the tests compare
 
 Filters, in order (`FILTERS`, applied by `reject_reason`); a rejected trajectory is counted under the first it
 fails:
-0. `flagged`: a suspicious-action flag (gymforge.agent.audit: answers or evaluation paths touched, a
+0. `benchmark_overlap`: its task shares a dataset or task family with the benchmark, and decontamination dropped
+   it (`decontamination.on_overlap: drop`; the rule's `--decontamination` report);
+1. `flagged`: a suspicious-action flag (gymforge.agent.audit: answers or evaluation paths touched, a
    symlink out of the workspace, /proc of another process, a stdlib-named module written), when
    `filter.exclude_flagged` (the default); every flag is counted in `stats["audit"]` either way. A
    trajectory whose only flags are `eval_edit_rejected` (an edit of an evaluation script that changed
    nothing) is kept while `filter.keep_eval_edit_rejected` (the default);
-1. `no_successful_submission`: no score entry with a valid (finite, numeric) metric, from `validate`,
+2. `no_successful_submission`: no score entry with a valid (finite, numeric) metric, from `validate`,
    `submit` or an auto-submission alike (docs/training.md, Filters);
-2. `no_assistant_turn`: nothing to learn from (every reply was malformed);
-3. `too_long`: more than `filter.max_tokens` tokens in the student's tokenizer, chat template applied
+3. `no_assistant_turn`: nothing to learn from (every reply was malformed);
+4. `too_long`: more than `filter.max_tokens` tokens in the student's tokenizer, chat template applied
    (exactly `max_tokens` is kept);
-4. `duplicate`: the same messages as an earlier kept trajectory (exact match);
-5. `over_task_cap`: beyond `filter.max_per_task` kept trajectories of the task (first in rollout order).
+5. `duplicate`: the same messages as an earlier kept trajectory (exact match);
+6. `over_task_cap`: beyond `filter.max_per_task` kept trajectories of the task (first in rollout order).
 """
 
 from __future__ import annotations
@@ -62,6 +64,7 @@ from pydantic import BaseModel, Field
 from gymforge.agent.audit import ATTEMPT_CODES
 from gymforge.agent.sources import Candidate, import_candidates, shard_candidates
 from gymforge.agent.trajectory import KEEP_OBSERVATIONS
+from gymforge.benchmark.decontamination import dropped_items
 from gymforge.core import atomic
 from gymforge.core.config import FilterConfig, GymforgeConfig
 from gymforge.core.metrics import has_valid_metric, last_score
@@ -110,6 +113,7 @@ class Kept:
 
     digests: set[str] = field(default_factory=set)  # `messages_hash` of every kept trajectory
     per_slot: Counter[str] = field(default_factory=Counter)  # kept trajectories per slot
+    excluded: frozenset[str] = frozenset()  # slots no trajectory may come from (decontamination's drops)
 
     def add(self, c: Candidate) -> None:
         self.digests.add(messages_hash(c.messages or []))
@@ -119,6 +123,7 @@ class Kept:
 # The filters, in order (module docstring): a reason and whether it rejects the candidate, given its student tokens
 # (None: no messages), what was kept before it and the `filter` section. A new filter is one more line here.
 FILTERS: tuple[tuple[str, Callable[[Candidate, int | None, Kept, FilterConfig], bool]], ...] = (
+    ("benchmark_overlap", lambda c, tokens, kept, f: c.slot in kept.excluded),
     ("flagged", lambda c, tokens, kept, f: f.exclude_flagged and bool(excluding_flags(c.flags, f))),
     ("no_successful_submission", lambda c, tokens, kept, f: not c.successful),
     ("no_assistant_turn", lambda c, tokens, kept, f: c.messages is None),
@@ -277,21 +282,23 @@ def _summary(values: list[int]) -> dict[str, float]:
 
 def build_sft(cfg: GymforgeConfig, shard_files: Iterable[Path], tokenizer_dir: Path, *, jsonl_out: Path,
               dataset_out: Path, rollouts_out: Path, stats_out: Path,
-              extra_sources: Iterable[str | Path] = ()) -> dict[str, Any]:
+              extra_sources: Iterable[str | Path] = (), excluded: Iterable[str] = ()) -> dict[str, Any]:
     """Filter every rollout of `shard_files`, then every trajectory of `extra_sources` (`sft.extra_sources`:
     MLGym run folders or gymforge shards, read by `gymforge.agent.sources`), write the examples (JSONL +
-    `datasets` on disk), the per-rollout summary and the statistics; returns the statistics."""
+    `datasets` on disk), the per-rollout summary and the statistics; returns the statistics. Trajectories of the
+    `excluded` slots are counted, never kept (`benchmark_overlap`)."""
     def candidates() -> Iterator[Candidate]:
         yield from shard_candidates(shard_files)
         for source in extra_sources:
             yield from import_candidates(Path(source), origin=str(source))
 
     return filter_examples(cfg, candidates(), tokenizer_dir, jsonl_out=jsonl_out, dataset_out=dataset_out,
-                           rollouts_out=rollouts_out, stats_out=stats_out)
+                           rollouts_out=rollouts_out, stats_out=stats_out, excluded=excluded)
 
 
 def filter_examples(cfg: GymforgeConfig, candidates: Iterable[Candidate], tokenizer_dir: Path, *, jsonl_out: Path,
-                    dataset_out: Path, rollouts_out: Path, stats_out: Path, unit: str | None = None) -> dict[str, Any]:
+                    dataset_out: Path, rollouts_out: Path, stats_out: Path, unit: str | None = None,
+                    excluded: Iterable[str] = ()) -> dict[str, Any]:
     """The filters (module docstring) over `candidates`, in order; writes the kept trajectories' examples of the
     example unit (`unit`, else `sft.example_unit`; `auto` resolved once every trajectory is filtered) as JSONL +
     `datasets` on disk, one summary line per candidate and the statistics (counts per reason, per task, per source
@@ -304,7 +311,7 @@ def filter_examples(cfg: GymforgeConfig, candidates: Iterable[Candidate], tokeni
     student = repr(cfg.train.student)
     # the request unit costs O(turns^2) tokens to count: skipped when `conversation` is asked for explicitly
     counters = {u: UnitCounter(max_length) for u in UNITS if u == "conversation" or configured != "conversation"}
-    kept = Kept()
+    kept = Kept(excluded=frozenset(excluded))
     counts = FilterStats()
 
     Path(jsonl_out).parent.mkdir(parents=True, exist_ok=True)
@@ -589,10 +596,12 @@ def student_tokenizer(cfg: GymforgeConfig, templates: Path, envs: list[Path], ou
 
 
 def sft_dataset(cfg: GymforgeConfig, shards: list[Path], tokenizer: Path, jsonl_out: Path, dataset_out: Path,
-                rollouts_out: Path, stats_out: Path) -> str:
-    """Filter the shards' rollouts (and `sft.extra_sources`) into the SFT dataset and its stats."""
+                rollouts_out: Path, stats_out: Path, decontamination: Path | None = None) -> str:
+    """Filter the shards' rollouts (and `sft.extra_sources`) into the SFT dataset and its stats, leaving out the
+    slots the decontamination report dropped."""
     stats = build_sft(cfg, shards, tokenizer, jsonl_out=jsonl_out, dataset_out=dataset_out,
-                      rollouts_out=rollouts_out, stats_out=stats_out, extra_sources=cfg.sft.extra_sources)
+                      rollouts_out=rollouts_out, stats_out=stats_out, extra_sources=cfg.sft.extra_sources,
+                      excluded=dropped_items(decontamination) if decontamination else ())
     return (f"kept {stats['kept']} of {stats['rollouts']} trajectories from {stats['tasks']} tasks; "
             f"discarded {stats['discarded']}; {stats['examples']} examples, unit {stats['example_unit']}")
 
