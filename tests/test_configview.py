@@ -107,8 +107,8 @@ def _changed(value):
 
 
 NONE_VALUES = {"datasets.cache_dir": "/elsewhere", "trajectories.mem_mb": 4096, "evaluate.tasks": ["graphColoring"],
-               "llm.teacher.base_url": "http://127.0.0.1:9/v1"}
-OTHER_VALUES = {"rl.strategy": "ddp", "llm.teacher.token_param": "max_completion_tokens"}
+               "llm.teacher.base_url": "http://127.0.0.1:9/v1", "tracking.dir": "/elsewhere"}
+OTHER_VALUES = {"rl.strategy": "ddp", "llm.teacher.token_param": "max_completion_tokens", "tracking.backend": "none"}
 
 
 @pytest.mark.parametrize("key", READABLE_EVERYWHERE)

@@ -554,6 +554,17 @@ class PostTrainingConfig(_Strict):
     reference_sft: ReferenceSftConfig = ReferenceSftConfig()
 
 
+class TrackingConfig(_Strict):
+    """Where SFT and RL log their curves per step (gymforge.core.tracking); the files under results/ are written
+    either way."""
+
+    backend: Literal["trackio", "wandb", "none"] = Field(
+        "trackio", description="`trackio`: local-first and offline, a SQLite store under `dir`; `wandb`: Weights & "
+        "Biases (pip install wandb; its own login and WANDB_MODE); `none`: no tracker.")
+    project: str = Field("gymforge", description="The tracker's project; runs are named <kind>-<student>[-seed<k>].")
+    dir: str | None = Field(None, description="Where the tracker stores runs; default <results_dir>/<backend>.")
+
+
 class GymforgeConfig(_Strict):
     base: str | list[str] | None = Field(
         None, exclude=True,
@@ -580,6 +591,7 @@ class GymforgeConfig(_Strict):
     evaluate: EvaluateConfig = EvaluateConfig()
     rl: RLConfig = RLConfig()
     post_training: PostTrainingConfig = PostTrainingConfig()
+    tracking: TrackingConfig = TrackingConfig()
 
     @property
     def results(self) -> Path:
@@ -598,6 +610,7 @@ class GymforgeConfig(_Strict):
         if self.llm.teacher.offline_endpoint != "chat":  # its reasoning tokens count within the reply's limit
             dump["teacher"]["offline_endpoint"] = self.llm.teacher.offline_endpoint
         dump["topics"].pop("n")
+        dump.pop("tracking")  # where curves are also logged changes no output
         # Where fetched datasets are kept changes no output (and must not rerun proposals when set).
         dump["datasets"].pop("cache_dir")
         # How rollouts are scheduled never changes one: a shard's rollout indices are its rule's params.
@@ -679,7 +692,7 @@ READABLE_EVERYWHERE: tuple[str, ...] = (
     *(f"trajectories.{k}" for k in ("per_task", "shard_size", "concurrency", "gpus", "mem_mb", "runtime_min")),
     *(f"train.{k}" for k in ("gpus", "mem_mb", "runtime_min", "logging_steps", *TRAIN_SAVING)),
     *(f"evaluate.{k}" for k in ("tasks", "runs_per_task", "concurrency", "models", "mem_mb", "runtime_min")),
-    "evaluate.serving.gpus",
+    "evaluate.serving.gpus", *(f"tracking.{k}" for k in ("backend", "project", "dir")),
     *(f"rl.{k}" for k in ("gpus", "strategy", "gradient_checkpointing", "mem_mb", "runtime_min", "threads",
                           "concurrency", "keep_checkpoints")),
 )

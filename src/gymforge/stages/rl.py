@@ -43,7 +43,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from gymforge.benchmark.decontamination import dropped_items
-from gymforge.core import atomic
+from gymforge.core import atomic, tracking
 from gymforge.core.config import EndpointConfig, GymforgeConfig, ModelSpec
 from gymforge.core.records import derive_seed, text_hash
 from gymforge.rl.rewards import Episode, episode_reward
@@ -313,6 +313,9 @@ def run_rl(cfg: GymforgeConfig, sft_checkpoint: Path, tasks: list[Any], checkpoi
         if start and (policy_dir / "optimizer.pt").exists():
             optimizer.load_state_dict(torch.load(policy_dir / "optimizer.pt", weights_only=True, map_location=device))
     collect = collect or (lambda d, it, plans: serve_and_collect(cfg, d, it, plans, work, log_file))
+    # the curve, per iteration, in the tracker too (trackio by default: results/trackio); a resumed run logs on
+    tracker = tracking.open_tracker(cfg, name=f"rl-{cfg.train.name}-seed{seed}", kind="rl",
+                                    config=cfg.rl.model_dump(mode="json"))
 
     for iteration in range(start, rl.iterations):
         t0 = time.monotonic()
@@ -392,6 +395,8 @@ def run_rl(cfg: GymforgeConfig, sft_checkpoint: Path, tasks: list[Any], checkpoi
             _save_checkpoint(policy, optimizer, sft_checkpoint, policy_dir)
         state["curve"].append(row)
         state["finished"] = iteration + 1
+        tracker.log({**{k: v for k, v in row.items() if k != "iteration"}, **row.get("token_paths", {})},
+                    step=iteration)
         atomic.write_json(work / STATE, state)
         write_curve(curve_out, state["curve"], meta)
         for old in range(0, iteration + 1 - rl.keep_checkpoints + 1):
@@ -401,6 +406,7 @@ def run_rl(cfg: GymforgeConfig, sft_checkpoint: Path, tasks: list[Any], checkpoi
                  100 * row["valid_share"], row["kl"], row["samples"], row["groups_dropped_zero_variance"],
                  row["groups"], row["wall_s"])
 
+    tracker.finish()
     final = iteration_dir(work, state["finished"])
     tmp = checkpoint_out.with_name(checkpoint_out.name + ".tmp")
     shutil.rmtree(tmp, ignore_errors=True)

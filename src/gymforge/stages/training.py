@@ -74,7 +74,7 @@ from typing import Any, Iterable, Iterator, Sequence
 
 from pydantic import BaseModel, Field
 
-from gymforge.core import atomic
+from gymforge.core import atomic, tracking
 from gymforge.core.config import GymforgeConfig
 from gymforge.core.launch import accelerate_launch
 from gymforge.hub.data import quiet_datasets
@@ -549,6 +549,10 @@ def _train_into(cfg: GymforgeConfig, dataset_dir: str | Path, base: str, tokeniz
     dataset = load_sft_dataset(dataset_dir)
     metrics = MetricsCallback(tmp / METRICS if state.is_main_process else None)
     callbacks = [metrics, ProgressCallback(), *extra_callbacks]
+    tracker = tracking.open_tracker(cfg, name=f"sft-{cfg.train.name}-seed{train_seed(cfg)}", kind="sft",
+                                    config=cfg.train.model_dump(mode="json")) if state.is_main_process \
+        else tracking.Tracker()
+    callbacks.append(tracking.trainer_callback(tracker))
     t = cfg.train
     if t.save_steps or t.save_minutes:
         callbacks.append(resume.checkpoint_callback(Path(args.output_dir), key, t.save_total_limit, t.save_minutes,
@@ -566,7 +570,10 @@ def _train_into(cfg: GymforgeConfig, dataset_dir: str | Path, base: str, tokeniz
     if torch.cuda.is_available():
         torch.cuda.reset_peak_memory_stats()
     start = time.monotonic()
-    result = trainer.train(resume_from_checkpoint=str(checkpoint) if checkpoint is not None else None)
+    try:
+        result = trainer.train(resume_from_checkpoint=str(checkpoint) if checkpoint is not None else None)
+    finally:
+        tracker.finish()
     wall = time.monotonic() - start
     peak, peak_kind = _peak_memory()
 
