@@ -26,6 +26,10 @@ def test_a_run_is_logged_and_read_back(tmp_path: Path, monkeypatch: pytest.Monke
     steps = tracking.read_steps(store, "gymforge", "sft-x")
     assert [(s["step"], s["loss"], s["flag"]) for s in steps] == [(0, 1.0, 1.0), (1, 0.5, 1.0), (2, 1 / 3, 1.0)]
     assert all("skipped" not in s for s in steps)
+    from gymforge.report.summary import tracker_html
+
+    assert f"TRACKIO_DIR={store.resolve()} trackio show --project gymforge" in tracker_html(tmp_path / "results")
+    assert tracker_html(tmp_path / "elsewhere") == ""  # no tracker store: the run summary says nothing
 
 
 def test_none_and_a_tracker_that_cannot_start_log_nothing(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -174,6 +174,19 @@ def evaluators_html(results: Path) -> str:
                    if rows else "")
 
 
+def tracker_html(results: Path) -> str:
+    """Where the SFT and RL curves were also logged (trackio's store under results/, gymforge.core.tracking)."""
+    store = Path(results) / "trackio"
+    projects = sorted(p.stem for p in store.glob("*.db"))
+    if not projects:
+        return ""
+    items = "".join(f"<li><code>TRACKIO_DIR={html.escape(str(store.resolve()))} trackio show --project "
+                    f"{html.escape(p)}</code></li>" for p in projects)
+    return (f"<h2>Tracker</h2><p>SFT and RL logged every step to trackio in <code>{html.escape(str(store))}</code> "
+            f"(the runs <code>sft-&lt;student&gt;-seed&lt;k&gt;</code> and <code>rl-&lt;student&gt;-seed&lt;k&gt;</code>); "
+            f"its dashboard:</p><ul>{items}</ul>")
+
+
 def summary_html(report: dict, out: Path, sft_stats: dict | None = None, results: Path | None = None) -> Path:
     stages = report["stages"]
     funnel = [[n, s["planned"], s["done"], s["ok"], sum(s["discarded"].values()), s["skipped"]] for n, s in stages.items()]
@@ -196,6 +209,7 @@ def summary_html(report: dict, out: Path, sft_stats: dict | None = None, results
         f"{audit_html(sft_stats)}"
         f"{evaluators_html(results) if results else ''}"
         f"{rl_html(results) if results else ''}"
+        f"{tracker_html(results) if results else ''}"
         f"<h2>LLM usage per stage</h2>"
         f"{_table(usage_head, usage)}"
         f"<p>LLM requests sent (this results directory, all time): {report['llm']['requests_sent']}</p>"
