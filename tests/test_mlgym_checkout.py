@@ -216,8 +216,11 @@ def test_mlgym_evaluators_under_the_probes(task_id: str, gameable: bool, probe: 
     from gymforge.tools.check_task import check_task
 
     root = Path(str(MLGYM_ROOT))
-    report = check_task(root / "configs" / "tasks" / f"{task_id}.yaml", root, tmp_path, gpus=0)
+    report = check_task(root / "configs" / "tasks" / f"{task_id}.yaml", root, tmp_path, gpus=0, coherence="rules")
     assert report.gameable == gameable, [(p.name, p.score, p.rejected) for p in report.probes]
+    # titanic's text says "the accuracy percentage" where its evaluator prints a fraction; the others say nothing
+    # their evaluators contradict (docs/integrity.md#tasks-that-say-what-they-score-the-coherence-check)
+    assert report.coherence.coherent == (task_id != "titanic"), report.coherence.findings
     if gameable:
         assert probe in [p.name for p in report.gameable_probes]
     else:

@@ -149,14 +149,15 @@ def test_gameable_evaluator_is_repaired_with_the_probes_evidence(sloppy_task):
     assert first.gameable and first.episode_exit_status is None  # no teacher episode on a gameable task
     gamed = [p for p in first.probes if p.gameable]
     assert gamed and gamed[0].name.startswith(("repeat_id", "duplicate_rows", "unknown_ids", "missing_rows"))
-    assert gamed[0].score > first.baseline_scores["accuracy"]
+    (metric,) = first.baseline_scores  # accuracy or macro_f1, as the offline config writer drew it
+    assert gamed[0].score > first.baseline_scores[metric]
     evidence = "\n".join(first.errors)
     assert "gameable" in evidence and gamed[0].name in evidence and "submission.csv" in evidence
     # The repair (a clean draft) passes every probe: each rejected or no better, none skipped.
     last = later[-1]
     assert later[0].source == "debug" and not last.gameable and last.episode_exit_status
     assert len(last.probes) >= 20 and not any(p.gameable for p in last.probes)
-    assert report.metric == "accuracy" and report.higher_is_better is True
+    assert report.metric == metric and report.higher_is_better is True
 
 
 def test_still_gameable_task_is_discarded_as_gameable_evaluator(sloppy_task):
