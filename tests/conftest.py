@@ -22,6 +22,9 @@ pytest_plugins = ["loopback", "workflow_runs", "stage_fixtures", "finished_run",
 # that share an expensive one (a whole workflow run, the docker image) run on one worker, so it is built
 # once; every other test runs with the rest of its module (module fixtures are built once too).
 SHARED_FIXTURES = ("finished_run", "clean_tasks", "docker_backend", "proposals", "smollm2_cache")
+# Modules that start and stop the one SLURM test cluster (scripts/slurm_cluster.sh): one worker runs them in turn, or
+# the first to finish would stop the cluster under the other's jobs.
+SLURM_CLUSTER_MODULES = ("tests/test_slurm.py", "tests/test_rehearsal.py")
 
 
 # Tests on the docker backend start a private daemon and a container per sandbox: they are `slow`, so `make test`
@@ -35,6 +38,8 @@ def pytest_collection_modifyitems(config, items):  # before `-m` deselects by ma
             shared = "docker_backend"
         if shared == "docker_backend":
             item.add_marker(pytest.mark.slow)
+        if shared is None and item.nodeid.split("::")[0] in SLURM_CLUSTER_MODULES:
+            shared = "slurm_cluster"
         item.add_marker(pytest.mark.xdist_group(shared or item.nodeid.split("::")[0]))
 
 

@@ -157,7 +157,8 @@ def _run_tool(args: argparse.Namespace) -> None:
 
 
 def _cmd_teacher_server(args) -> None:
-    plugins.load("offline-teacher-server")(host=args.host, port=args.port, endpoint=args.endpoint)
+    plugins.load("offline-teacher-server")(host=args.host, port=args.port, endpoint=args.endpoint,
+                                           request_log=args.request_log)
 
 
 def _cmd_hub(args) -> None:
@@ -281,10 +282,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--gpus", type=int, default=None, help="GPUs for LM tasks (default: detect)")
     p.add_argument("--coherence", choices=["off", "rules", "teacher"], default=None,
                    help="check the task's text against its evaluator, config and data: the rules only, or the "
-                   "teacher's reading of the prose too (default: verification.coherence)")
+                   "teacher's reading of the prose too (default: rules; teacher uses the config's llm.teacher and "
+                   "books its call in the config's results_dir)")
     p.add_argument("--coherence-only", action="store_true",
                    help="check only the text's coherence, against the task's recorded baseline_scores: nothing of "
-                   "the task runs (for tasks whose baseline needs GPUs or hours); --coherence defaults to rules")
+                   "the task runs (for tasks whose baseline needs GPUs or hours)")
 
     p = command("preflight", _run_tool, "check what this node allows before jobs run here (a compute node): the sandbox "
                 "without root, cgroups, CUDA under the sandbox's limits, network only where it should be, the "
@@ -296,6 +298,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--port", type=int, default=8000)
     p.add_argument("--endpoint", choices=["chat", "reasoning"], default="chat",
                    help="`reasoning`: behave as an OpenAI reasoning model (llm.teacher.offline_endpoint)")
+    p.add_argument("--request-log", default=None, metavar="FILE",
+                   help="append one JSON line per chat completion: the request's fields and sampling settings (never "
+                   "its messages), the answer's status and usage")
 
     p = command("hub", _cmd_hub, "search or describe datasets on the configured hub")
     p.add_argument("action", choices=["search", "describe"])

@@ -13,11 +13,13 @@ limit, so a limit the reasoning uses up leaves an empty reply with finish reason
 
 from __future__ import annotations
 
+import json
 import logging
 import re
 import threading
 import time
 from dataclasses import replace
+from pathlib import Path
 from typing import Any
 
 from gymforge.llm.http import BadRequest, ChatCompletionsHandler, LoopbackHTTPServer
@@ -170,10 +172,45 @@ class _ReasoningHandler(_Handler):
             raise BadRequest(400, str(exc)) from None
 
 
-def _make_server(host: str, port: int, endpoint: str = "chat") -> LoopbackHTTPServer:
+# The fields a request log records of each request: what it asked for, never what it said.
+LOGGED_FIELDS = ("model", "max_tokens", "max_completion_tokens", "temperature", "top_p", "reasoning_effort", "seed",
+                 "stream")
+
+
+def _logging_handler(base: type[_Handler], path: Path) -> type[_Handler]:
+    """`base` that appends one JSON line per chat completion to `path`: the request's field names, the values of
+    LOGGED_FIELDS, and the answer's status and usage (or the error). A run's requests can then be checked
+    against the endpoint's rules after the fact (scripts/rehearsal.sh)."""
+    lock = threading.Lock()
+
+    class Logging(base):  # type: ignore[valid-type, misc]
+        def complete(self, body: dict[str, Any]) -> dict[str, Any]:
+            entry: dict[str, Any] = {"fields": sorted(body), **{k: body[k] for k in LOGGED_FIELDS if k in body}}
+            try:
+                result = super().complete(body)
+            except BadRequest as exc:
+                entry.update(status=exc.status, error=str(exc))
+                raise
+            except Exception as exc:
+                entry.update(status=500, error=f"{type(exc).__name__}: {exc}")
+                raise
+            else:
+                entry.update(status=200, usage=result.get("usage"))
+                return result
+            finally:
+                with lock, path.open("a", encoding="utf-8") as f:
+                    f.write(json.dumps(entry, sort_keys=True) + "\n")
+
+    return Logging
+
+
+def _make_server(host: str, port: int, endpoint: str = "chat", request_log: str | Path | None = None) -> LoopbackHTTPServer:
     if endpoint not in ENDPOINTS:
         raise ValueError(f"unknown offline endpoint {endpoint!r}; one of {', '.join(ENDPOINTS)}")
-    return LoopbackHTTPServer((host, port), _ReasoningHandler if endpoint == "reasoning" else _Handler)
+    handler: type[_Handler] = _ReasoningHandler if endpoint == "reasoning" else _Handler
+    if request_log is not None:
+        handler = _logging_handler(handler, Path(request_log))
+    return LoopbackHTTPServer((host, port), handler)
 
 
 def ensure_server(endpoint: str = "chat") -> str:
@@ -187,8 +224,10 @@ def ensure_server(endpoint: str = "chat") -> str:
         return _urls[endpoint]
 
 
-def serve(host: str = "127.0.0.1", port: int = 8000, endpoint: str = "chat") -> None:
-    """Serve in the foreground until interrupted (the `gymforge teacher-server` command)."""
-    server = _make_server(host, port, endpoint)
+def serve(host: str = "127.0.0.1", port: int = 8000, endpoint: str = "chat",
+          request_log: str | Path | None = None) -> None:
+    """Serve in the foreground until interrupted (the `gymforge teacher-server` command); `request_log`: append
+    one JSON line per chat completion there (`_logging_handler`)."""
+    server = _make_server(host, port, endpoint, request_log)
     log.info("offline teacher (%s endpoint) listening on http://%s:%d/v1", endpoint, host, server.server_address[1])
     server.serve_until_interrupted()
