@@ -198,6 +198,8 @@ def test_cli_exit_status_and_json_report(tmp_path: Path) -> None:
     assert "tourStrict: every probe rejected or no better than the baseline" in honest.stdout
     report = CheckReport.model_validate_json((tmp_path / "honest.json").read_text())
     assert not report.gameable and any(p.rejected and p.applicable for p in report.probes)
+    assert report.coherence is not None and "coherence:" in honest.stdout  # the report's coherence section
+    assert {"placeholder", "metric", "direction", "data"} <= set(report.coherence.checked)
 
 
 def test_cli_direction_flag(tmp_path: Path) -> None:
@@ -223,6 +225,7 @@ def test_builtin_suite_evaluators_pass(task_id: str, tmp_path: Path) -> None:
     task = _builtin_tasks()[task_id]
     report = check_task(task.task_yaml, task.root, tmp_path, sandbox="local", gpus=0)
     assert (report.metric, report.higher_is_better) == (task.metric, task.higher_is_better)
+    assert report.coherence.coherent, report.coherence.findings  # its text says what it scores
     assert report.probes and not report.gameable, [(p.name, p.score) for p in report.gameable_probes]
 
 

@@ -61,7 +61,7 @@ def check_task(task_yaml: Path, root: Path | None = None, out: Path = Path("chec
                dataset_cache: Path | None = None, stop_at_first: bool = False,
                coherence: str | None = None, coherence_only: bool = False) -> CheckReport:
     """Install the task at `task_yaml` under `out`, run its baseline, check its text's coherence (`coherence`:
-    off, rules or teacher; default `verification.coherence`) and probe its evaluator (`stop_at_first`: stop at
+    off, rules or teacher; default rules) and probe its evaluator (`stop_at_first`: stop at
     the first probe that beats the baseline). `coherence_only`: run nothing of the task, check its text against
     its recorded baseline_scores (`_coherence_only`)."""
     base = cfg or GymforgeConfig()
@@ -93,7 +93,7 @@ def check_task(task_yaml: Path, root: Path | None = None, out: Path = Path("chec
 
 def _coherence(env, cfg: GymforgeConfig, printed: dict[str, float], metric: str, higher_is_better: bool,
                mode: str | None, seed: int, score_submission: bool = True) -> CoherenceReport | None:
-    mode = cfg.verification.coherence if mode is None else mode
+    mode = mode or "rules"  # the teacher only on request: a check-task run writes no LLM ledger of its own
     if mode == "off":
         return None
     def judge(context):  # the teacher's client only when the rules found nothing and the prose needs reading
@@ -111,7 +111,7 @@ def _coherence_only(env, cfg: GymforgeConfig, metric: str | None, higher_is_bett
     recorded = dict((env.task.baseline_scores or [{}])[0])
     metric, higher_is_better = priority_metric(env.task.id, recorded, metric, higher_is_better,
                                                description=env.task.description)
-    found = _coherence(env, cfg, recorded, metric, higher_is_better, mode or "rules", seed, score_submission=False)
+    found = _coherence(env, cfg, recorded, metric, higher_is_better, mode, seed, score_submission=False)
     value = next((v for k, v in recorded.items() if k.lower() == metric.lower()), float("nan"))
     return CheckReport(task_id=env.task.id, entrypoint=env.task.task_entrypoint, metric=metric,
                        higher_is_better=higher_is_better, baseline=value, baseline_source="recorded",
