@@ -13,7 +13,12 @@ reply), and compares every reply two ways:
     python bench/token_paths.py --episodes 8 --temperature 0.7 --max-tokens 96      # 24 replies
     python bench/token_paths.py --episodes 8 --temperature 1.0 --max-tokens 48
 
-Prints one JSON line (counts, shares, a few differing token pairs, wall time).
+Prints one JSON line (counts, shares, a few differing token pairs, wall time). `--overhead N` adds what the token
+fields cost: N requests with and N without them (alternating, the same seeds), and the update (`grpo.prepare` +
+`grpo.update`, one step) on the episodes' samples along each path, median of 3; `--tiny` serves a tiny random
+offline-student Qwen3 instead (the RL smoke test's architecture) to measure that cheaply:
+
+    python bench/token_paths.py --tiny --episodes 4 --temperature 1.0 --max-tokens 48 --overhead 20
 """
 
 from __future__ import annotations
@@ -105,6 +110,74 @@ def compare_paths(trajs: list[Trajectory], tokenizer: Any, template: str | None,
     return out
 
 
+def tiny_student(tmp: Path) -> Path:
+    from gymforge.student import base as student_base
+    from gymforge.student.tokenizer import train_offline_tokenizer
+
+    texts = ["You are an agent.", "Task: predict prices.", "DISCUSSION\nlook\n```\nls\n```", "validate", "submit",
+             "python baseline.py", "the quick brown fox jumps over the lazy dog", "  indented\n\n\tcode()"]
+    train_offline_tokenizer(texts, vocab_size=400).save_pretrained(str(tmp / "tiny-tokenizer"))
+    cfg = GymforgeConfig.model_validate({"train": {"tiny": {"hidden_size": 64, "num_layers": 2, "num_heads": 4,
+                                                            "num_kv_heads": 2, "head_dim": 16,
+                                                            "intermediate_size": 128}}})
+    return student_base.build_base(cfg, tmp / "tiny-tokenizer", tmp / "tiny")
+
+
+def _median(xs: list[float]) -> float:
+    xs = sorted(xs)
+    return xs[len(xs) // 2] if xs else 0.0
+
+
+def request_overhead(endpoint: Endpoint, trajs: list[Trajectory], n: int, temperature: float,
+                     max_tokens: int) -> dict[str, Any]:
+    """Median seconds of one request with and without the token fields (the episodes' first requests, same seeds)."""
+    client = endpoint.openai_client(max_retries=0, timeout=600)
+    requests = [grpo.action_samples(t, 0)[0].request for t in trajs]
+    times: dict[bool, list[float]] = {True: [], False: []}
+    for k in range(n):
+        for with_tokens in (k % 2 == 0, k % 2 == 1):
+            extra = {"logprobs": True, "extra_body": {"return_token_ids": True}} if with_tokens else {}
+            t0 = time.perf_counter()
+            client.chat.completions.create(model=endpoint.model, messages=requests[k % len(requests)],
+                                           temperature=temperature, max_tokens=max_tokens, seed=k, **extra)
+            times[with_tokens].append(time.perf_counter() - t0)
+    return {"request_s_with_tokens": round(_median(times[True]), 4),
+            "request_s_without": round(_median(times[False]), 4), "requests_each": n}
+
+
+def update_overhead(checkpoint: Path, trajs: list[Trajectory], tokenizer: Any, template: str | None,
+                    temperature: float) -> dict[str, Any]:
+    """Median seconds of `grpo.prepare` + one `grpo.update` step on the episodes' samples, per token path."""
+    import random
+
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    out: dict[str, Any] = {}
+    for path in ("sampled", "retokenized"):
+        runs = []
+        for _ in range(3):
+            samples = [s for e, t in enumerate(trajs) for s in grpo.action_samples(t, e)]
+            for k, s in enumerate(samples):
+                s.advantage = 1.0 if k % 2 else -1.0
+                if path == "retokenized":
+                    s.sampled = None
+            policy = AutoModelForCausalLM.from_pretrained(str(checkpoint))
+            reference = AutoModelForCausalLM.from_pretrained(str(checkpoint)).eval()
+            optimizer = torch.optim.AdamW(policy.parameters(), lr=1e-5)
+            t0 = time.perf_counter()
+            prepared = grpo.prepare(samples, tokenizer, policy, reference, max_length=8192, template=template,
+                                    temperature=temperature, single_step=True)
+            stats = grpo.update(policy, optimizer, prepared, epochs=1, minibatches=1, clip_eps=0.2, kl_coef=0.1,
+                                max_grad_norm=1.0, rng=random.Random(0), temperature=temperature)
+            runs.append(time.perf_counter() - t0)
+        out[f"update_s_{path}"] = round(_median(runs), 3)
+        if path == "sampled":
+            out["mismatch_abs_logprob"] = stats["mismatch_abs_logprob"]
+            out["mismatch_share_over"] = stats["mismatch_share_over"]
+    return out
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--checkpoint", default=None, help="a served-ready folder (default: build SmolLM2-135M)")
@@ -113,6 +186,8 @@ def main() -> None:
     p.add_argument("--temperature", type=float, default=0.7)
     p.add_argument("--max-tokens", type=int, default=96)
     p.add_argument("--threads", type=int, default=1, help="OMP threads of the served model (default 1: modest)")
+    p.add_argument("--tiny", action="store_true", help="serve a tiny random offline student instead")
+    p.add_argument("--overhead", type=int, default=0, help="also time N requests with and without the token fields")
     args = p.parse_args()
     from transformers import AutoTokenizer
 
@@ -123,7 +198,9 @@ def main() -> None:
         cfg = GymforgeConfig.model_validate({"train": {"student": args.student}, "evaluate": {"serving": {
             "backend": "transformers", "max_new_tokens": args.max_tokens, "startup_timeout_s": 900}}})
         checkpoint = Path(args.checkpoint) if args.checkpoint else None
-        if checkpoint is None:
+        if args.tiny:
+            checkpoint, args.student = tiny_student(tmp), "offline"
+        elif checkpoint is None:
             from gymforge.student.base import build_base
             from gymforge.student.tokenizer import build_tokenizer
 
@@ -134,8 +211,13 @@ def main() -> None:
                            checkpoint=None, served_name="policy") as ep:
             trajs = run_episodes(ep, tmp / "episodes", args.episodes, temperature=args.temperature,
                                  max_tokens=args.max_tokens)
+            extra = request_overhead(ep, trajs, args.overhead, args.temperature, args.max_tokens) if args.overhead else {}
         tok = AutoTokenizer.from_pretrained(str(checkpoint))
         stats = compare_paths(trajs, tok, grpo.training_template(tok, args.student))
+        if args.overhead:
+            extra.update(update_overhead(checkpoint, trajs, tok, grpo.training_template(tok, args.student),
+                                         args.temperature))
+        stats.update(extra)
     print(json.dumps({"checkpoint": args.checkpoint or args.student, "episodes": args.episodes,
                       "temperature": args.temperature, "max_tokens": args.max_tokens, **stats,
                       "build_s": round(built - t0, 1), "sampling_s": round(time.monotonic() - built, 1)}))
