@@ -103,8 +103,10 @@ def test_no_import_cycles_between_modules() -> None:
 
 def test_evalkit_imports_nothing_of_gymforge() -> None:
     """evalkit/ runs inside evaluation sandboxes, where gymforge is not installed (standard library only); so do the
-    workflow skills (skills/, in the agent's sandbox)."""
-    for path in sorted([*(SRC / "evalkit").glob("*.py"), *(SRC / "skills").glob("*.py")]):
+    workflow skills (skills/, in the agent's sandbox) and the probes' programs (tasks/probekit/, in a submission's
+    sandbox; its __init__ is the host's reader)."""
+    programs = [p for p in (SRC / "tasks" / "probekit").glob("*.py") if p.name != "__init__.py"]
+    for path in sorted([*(SRC / "evalkit").glob("*.py"), *(SRC / "skills").glob("*.py"), *programs]):
         for node in ast.walk(ast.parse(path.read_text())):
             if isinstance(node, (ast.Import, ast.ImportFrom)):
                 assert not _is_gymforge(node), f"{path.name}:{node.lineno} imports gymforge"

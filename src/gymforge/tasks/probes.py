@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import ast
 import io
+import json
 import math
 import os
 import random
@@ -47,8 +48,9 @@ import yaml
 from gymforge.agent.errors import EvaluationFormatError, SubmissionNotFound
 from gymforge.core.records import CheckReport, ProbeOutcome
 from gymforge.sandbox import beneath
-from gymforge.tasks import posttraining
+from gymforge.tasks import posttraining, probekit
 from gymforge.tasks.environment import TaskEnvironment
+from gymforge.tasks.probekit import python_probe
 
 ORIGINAL_MODULE = "_gymforge_original"
 PROBE_MODULE = "_gymforge_probe"
@@ -229,130 +231,6 @@ PYTHON_TRANSFORMS: dict[str, str] = {
     "none": "None",
 }
 
-# Runs in the submission's sandbox, never on the host: the probe module, with `{transform}` filled in.
-_PYTHON_WRAPPER = '''\
-"""gymforge evaluator probe: {description}."""
-
-import importlib.util as _util
-import os as _os
-import sys as _sys
-
-_spec = _util.spec_from_file_location(
-    "{original}", _os.path.join(_os.path.dirname(_os.path.abspath(__file__)), "{original}.py"))
-_original = _util.module_from_spec(_spec)
-_sys.modules["{original}"] = _original
-_spec.loader.exec_module(_original)
-globals().update({{k: v for k, v in vars(_original).items() if not k.startswith("__")}})
-TRANSFORM = "{transform}"
-_CALLED = False
-_SCALAR_SAFE = ("empty", "huge", "negative_huge", "none", "echo")
-
-
-def _numbers(value, new):
-    if isinstance(value, bool):
-        return value
-    if isinstance(value, int):
-        return int(new)
-    if isinstance(value, float):
-        return float(new)
-    if isinstance(value, dict):
-        return {{k: _numbers(v, new) for k, v in value.items()}}
-    if isinstance(value, (list, tuple)):
-        return _same_kind(value, [_numbers(v, new) for v in value])
-    if hasattr(value, "tolist") and hasattr(value, "shape"):
-        import numpy
-        try:
-            return numpy.asarray(_numbers(value.tolist(), new), dtype=value.dtype)
-        except OverflowError:
-            return numpy.asarray(_numbers(value.tolist(), new))
-    return value
-
-
-def _same_kind(value, items):
-    """`items` as a list, tuple or named tuple like `value`."""
-    if isinstance(value, tuple) and hasattr(value, "_fields"):
-        return type(value)(*items)
-    return type(value)(items)
-
-
-def _longest(args):
-    sized = [a for a in args if isinstance(a, (list, tuple, dict, str)) or hasattr(a, "__len__")]
-    return max((len(a) for a in sized), default=0)
-
-
-def _not_applicable(why):
-    # The exit status tells the host that this probe has nothing to say about this task.
-    print(f"gymforge probe: not applicable ({{why}})", file=_sys.stderr, flush=True)
-    _os._exit({not_applicable})
-
-
-def _degenerate(value, args):
-    scalar = isinstance(value, (int, float)) or value is None
-    if isinstance(value, str) and TRANSFORM not in ("empty", "none", "echo"):
-        _not_applicable("the function returns text")
-    if scalar and TRANSFORM not in _SCALAR_SAFE:
-        # A number's zero, one or first element is a plausible answer (a game's move), not a degenerate one.
-        _not_applicable("the function returns a number")
-    if TRANSFORM == "none":
-        return None
-    if TRANSFORM == "echo":
-        return args[0] if args else value
-    if TRANSFORM == "huge":
-        return _numbers(value, 10**12)
-    if TRANSFORM == "negative_huge":
-        return _numbers(value, -10**12)
-    if TRANSFORM == "zeros":
-        return _numbers(value, 0)
-    if TRANSFORM == "ones":
-        return _numbers(value, 1)
-    if hasattr(value, "tolist") and hasattr(value, "shape"):
-        import numpy
-        return numpy.asarray(_degenerate(value.tolist(), args))
-    if TRANSFORM == "empty":
-        if scalar:
-            return None
-        return () if isinstance(value, tuple) and hasattr(value, "_fields") else type(value)()
-    if TRANSFORM == "first_repeated":
-        if isinstance(value, dict) and value:
-            first = next(iter(value.values()))
-            return {{k: first for k in value}}
-        if isinstance(value, (list, tuple)) and value:
-            return _same_kind(value, [value[0]] * len(value))
-        return value
-    if TRANSFORM == "all_indices":
-        n = _longest(args)
-        nested = isinstance(value, (list, tuple)) and value and isinstance(value[0], (list, tuple))
-        return [list(range(n))] if nested else list(range(n))
-    return value
-
-
-def _wrap(name):
-    function = getattr(_original, name)
-
-    def probe(*args, **kwargs):
-        global _CALLED
-        value = function(*args, **kwargs)
-        changed = _degenerate(value, args)
-        if not _CALLED:
-            _CALLED = True
-            try:
-                same = type(changed) is type(value) and bool(changed == value)
-            except Exception:
-                same = False
-            if same:  # the transform leaves the baseline's answer as it is: nothing to probe
-                _not_applicable("the answer has no such degenerate form")
-        return changed
-
-    probe.__name__ = probe.__qualname__ = name
-    probe.__doc__ = function.__doc__
-    return probe
-
-
-for _name in {functions!r}:
-    globals()[_name] = _wrap(_name)
-'''
-
-
 def public_functions(source: str) -> list[str]:
     """The module's top-level public functions, read from its syntax (never run on the host)."""
     try:
@@ -370,13 +248,17 @@ def python_probes(module: str, source: bytes) -> list[Probe]:
         return []
     folder = PurePosixPath(module).parent
     original = str(folder / f"{ORIGINAL_MODULE}.py") if str(folder) != "." else f"{ORIGINAL_MODULE}.py"
+    params = str(folder / python_probe.GYMFORGE_PROBE_PARAMS)
+    wrapper = probekit.program("python_probe.py")
     probes = []
     for transform, description in PYTHON_TRANSFORMS.items():
-        wrapper = _PYTHON_WRAPPER.format(description=f"{', '.join(functions)} return {description}",
-                                         original=ORIGINAL_MODULE, transform=transform, functions=functions,
-                                         not_applicable=NOT_APPLICABLE_EXIT)
-        probes.append(Probe(transform, "python", f"{', '.join(functions)} return {description}",
-                            {module: wrapper.encode(), original: source}, module))
+        description = f"{', '.join(functions)} return {description}"  # names and our words: no quotes to escape
+        settings = {"original": ORIGINAL_MODULE, "functions": functions, "transform": transform,
+                    "not_applicable": NOT_APPLICABLE_EXIT}
+        # A first line that says what this probe does: the report and the repair prompt quote the file's beginning.
+        named = f'"""gymforge evaluator probe: {description}."""\n'.encode() + wrapper
+        probes.append(Probe(transform, "python", description,
+                            {module: named, original: source, params: json.dumps(settings).encode()}, module))
     return probes
 
 
@@ -393,90 +275,11 @@ MODEL_TRANSFORMS: dict[str, str] = {
     "nan": "predict returns NaN for every row",
 }
 
-# Unpickled in the submission's sandbox, never on the host. predict and predict_proba answer degenerately;
-# anything else is the baseline's model. The baseline's pickle is looked for where the config's path points,
-# from the working directory and from the config's folder (evaluators resolve it either way).
-_MODEL_WRAPPER = '''\
-"""gymforge evaluator probe: a pickled model wrapped so that its predictions become degenerate."""
-
-import os
-import pickle
-
-import numpy
-
-
-def degrade(p, transform):
-    p = numpy.asarray(p)
-    if transform == "constant_first":
-        return numpy.broadcast_to(p[:1], p.shape).copy() if p.size else p
-    if transform == "zeros":
-        return numpy.zeros_like(p)
-    if transform == "mean":
-        if p.dtype.kind not in "iufb" or not p.size:
-            return p
-        return numpy.broadcast_to(p.astype(float).mean(axis=0), p.shape).copy()
-    if transform == "short":
-        return p[:-1]
-    if transform == "first_half":
-        return p[: len(p) // 2]
-    if transform == "two_columns":
-        return numpy.stack([p, p], axis=-1)
-    if transform == "empty":
-        return p[:0]
-    if transform == "nan":
-        return numpy.full(p.shape, numpy.nan)
-    return p
-
-
-class Probe:
-    def __init__(self, transform, *candidates):
-        self.transform, self.candidates = transform, candidates
-        self._model = None
-
-    def __getattr__(self, name):
-        if name.startswith("_") or name in ("transform", "candidates"):
-            raise AttributeError(name)
-        return getattr(self._loaded(), name)
-
-    def _loaded(self):
-        if self._model is None:
-            path = next((c for c in self.candidates if os.path.isfile(c)), self.candidates[0])
-            with open(path, "rb") as fh:
-                self._model = pickle.load(fh)
-        return self._model
-
-    def predict(self, features):
-        return degrade(self._loaded().predict(features), self.transform)
-
-    def predict_proba(self, features):
-        return degrade(self._loaded().predict_proba(features), self.transform)
-
-
-def make(transform, *candidates):
-    return Probe(transform, *candidates)
-'''
-
-
 def _pickle_call(module: str, function: str, *args: str) -> bytes:
     """A protocol-0 pickle of `module.function(*args)` (string arguments), written without importing it."""
     def text(s: str) -> bytes:
         return b"V" + s.encode("raw_unicode_escape") + b"\n"
     return b"c" + module.encode() + b"\n" + function.encode() + b"\n(" + b"".join(map(text, args)) + b"tR."
-
-
-def _with_numbers(value, new: float):
-    """`value` (a parsed YAML config) with every number, at any depth, set to `new` (ints stay ints)."""
-    if isinstance(value, bool):
-        return value
-    if isinstance(value, int):
-        return int(new)
-    if isinstance(value, float):
-        return float(new)
-    if isinstance(value, dict):
-        return {k: _with_numbers(v, new) for k, v in value.items()}
-    if isinstance(value, list):
-        return [_with_numbers(v, new) for v in value]
-    return value
 
 
 def model_probes(config_rel: str, config_text: bytes) -> list[Probe]:
@@ -491,7 +294,7 @@ def model_probes(config_rel: str, config_text: bytes) -> list[Probe]:
         return []
     probes = []
     for tag, new in (("zeros", 0), ("huge", 10**12), ("negative_huge", -10**12)):
-        changed = _with_numbers(config, new)
+        changed = python_probe.set_numbers(config, new)
         if changed != config:
             probes.append(Probe(f"config_{tag}", "model", f"every number in {config_rel} set to {new}",
                                 {config_rel: yaml.safe_dump(changed, sort_keys=False).encode()}, config_rel))
@@ -506,7 +309,7 @@ def model_probes(config_rel: str, config_text: bytes) -> list[Probe]:
     for transform, description in MODEL_TRANSFORMS.items():
         probe_config = yaml.safe_dump({**config, "model_path": PROBE_PICKLE}, sort_keys=False).encode()
         pickled = _pickle_call(PROBE_MODULE, "make", transform, *candidates)
-        files = {config_rel: probe_config, f"{PROBE_MODULE}.py": _MODEL_WRAPPER.encode(),
+        files = {config_rel: probe_config, f"{PROBE_MODULE}.py": probekit.program("model_probe.py"),
                  **dict.fromkeys(pickles, pickled)}
         probes.append(Probe(transform, "model", description, files, f"{PROBE_MODULE}.py"))
     return probes
