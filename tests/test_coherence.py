@@ -15,6 +15,7 @@ from gymforge.tasks.coherence import (
     check_data,
     check_metric,
     check_placeholders,
+    check_python_submission,
     check_submission_format,
     parse_verdict,
     submission_statement,
@@ -99,6 +100,19 @@ def format_findings(file="submission.csv", columns="id, species", base="0-based"
 def test_a_submission_format_the_evaluation_does_not_accept_is_flagged(change, kind):
     assert format_findings(**change) == [kind]
     assert format_findings() == []
+
+
+@pytest.mark.parametrize("incoherent, coherent, kind", [
+    ("Task facts:\n- submission: strategy.py defining row_strategy(history) returning your next move",
+     "Task facts:\n- submission: player.py defining row_strategy(history) returning your next move", "file_name"),
+    ("Modify the `next_move(history)` function in `player.py`.",
+     "Modify the `row_strategy(history)` function in `player.py`.", "submission"),
+])
+def test_a_python_submission_the_task_does_not_have_is_flagged(tmp_path, incoherent, coherent, kind):
+    (tmp_path / "player.py").write_text("def row_strategy(history):\n    return 0\n")
+    evaluator = "from player import row_strategy\n"
+    assert kinds(check_python_submission(incoherent, tmp_path, evaluator, CFG)) == [kind]
+    assert check_python_submission(coherent, tmp_path, evaluator, CFG) == []
 
 
 def data_findings(text: str, dataset_id="sklearn/iris"):
@@ -204,3 +218,15 @@ def test_prompts_carry_the_metric_forward():
                      has_dataset=False, local_data=False, entrypoints=["CSVSubmissionTasks"],
                      metric="mae (lower is better)")
     assert "`mae (lower is better)`" in configs and "rewrite every" in configs
+
+
+def test_verification_ranks_by_the_printed_metric_in_the_direction_the_task_states():
+    """A proposal's direction is about its own metric: a bin-packing proposal minimises bins used, its task prints a
+    Score ratio that its text says is higher-better (the probes compared it lower-better before)."""
+    from gymforge.stages.verification import proposal_metric
+
+    text = "The evaluation reports mean number of bins used.\n\nTask facts:\n- metric: Score (higher is better)"
+    assert proposal_metric("mean number of bins used (lower is better)", {"Score": 0.9}, text) == ("Score", True)
+    assert proposal_metric("rmse (lower is better)", {"rmse": 2.0}, "") == ("rmse", False)
+    assert proposal_metric("macro-averaged F1 (higher is better)", {"macro_f1": 0.5}, "") == ("macro_f1", True)
+    assert proposal_metric("mae (lower is better)", {"r2": 0.5}, "") == ("r2", True)  # the name says so

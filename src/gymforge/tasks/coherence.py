@@ -257,6 +257,33 @@ def check_submission_format(statement: dict[str, Any], artefact: str, header: li
     return found
 
 
+_MODULE = re.compile(r"`?\b([A-Za-z_]\w*\.py)\b`?")
+_FUNCTION = re.compile(r"`([A-Za-z_]\w*)\(|\bdefining ([A-Za-z_]\w*)\(|`([A-Za-z_]\w*)`\s+function")
+
+
+def check_python_submission(description: str, workspace: Path, evaluator: str, file: str) -> list[CoherenceFinding]:
+    """A Python submission's module and function as the text names them: the module must be a file of the installed
+    workspace and the function be named in that module or in the evaluation script (`evaluator`, its source)."""
+    found: list[CoherenceFinding] = []
+    text = rendered(description)
+    for sentence in sentences(text):
+        if not re.search(r"submi|modify|implement|defin|edit|strategy|heuristic|function", sentence, re.I):
+            continue
+        modules = [m for m in _MODULE.findall(sentence) if m not in ("evaluate.py", "baseline.py")]
+        for module in dict.fromkeys(modules):
+            if workspace.is_dir() and not (workspace / module).is_file():
+                found.append(_finding("file_name", sentence, module, "the workspace has no such file (it has "
+                                      f"{', '.join(sorted(p.name for p in workspace.glob('*.py')))})", file))
+        for groups in _FUNCTION.findall(sentence):
+            name = next(g for g in groups if g)
+            sources = [evaluator] + [p.read_text(errors="replace") for p in workspace.glob("*.py")
+                                     if p.name != "evaluate.py"] if workspace.is_dir() else [evaluator]
+            if evaluator and not any(re.search(rf"\b{re.escape(name)}\b", src) for src in sources):
+                found.append(_finding("submission", sentence, f"a function {name}()", "neither the evaluation nor "
+                                      "the starter code names it", file))
+    return found
+
+
 def submission_from_text(statement: dict[str, Any], header: list[str], rows: list[list[str]]) -> str | None:
     """The baseline's predictions rewritten as the text says: its columns in its order, its id base. None when
     the text says nothing about either."""
@@ -388,6 +415,11 @@ def check_coherence(env: Any, printed: dict[str, float], *, metric: str | None, 
                     findings.append(_finding("submission", report.submission["header"], "a submission written as "
                                              "the text says", f"the evaluation refused it: {outcome['rejected']}",
                                              evaluator, by="submission"))
+    elif task.task_entrypoint == "PythonSubmissionTasks":
+        script = env.workspace / evaluator
+        source = script.read_text(errors="replace") if script.is_file() else ""
+        findings += check_python_submission(description, env.workspace, source, file)
+        report.checked.append("submission_format")
     data = installed_data(env.workspace) if env.workspace.is_dir() else None
     answers = {c for cols in (env.hidden_columns or {}).values() for c in cols}
     findings += check_data(description, list(env.datasets or []), data, answers, dataset_id, file)
