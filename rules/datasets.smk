@@ -12,6 +12,8 @@ rule fetch_dataset:
     params:
         dataset_id=lambda w: dataset_id_of(w.key),
         digest=CFG.digest("datasets.hub"),
+    # Where Snakemake runs (a cluster's login node): fetching needs the internet, compute nodes may have none.
+    localrule: True
     resources:
         mem_mb=CFG.datasets.mem_mb,
         runtime=CFG.datasets.runtime_min,
@@ -28,3 +30,29 @@ rule datasets:
         lambda w: dataset_targets(
             [i for ids in benchmark_datasets().values() for i in ids]
         ) + [t for slot in TOPIC_SLOTS for t in slot_datasets(slot)],
+
+
+rule prefetch_model:
+    """A hub model the jobs load (the student's base), fetched once into the model cache (gymforge.student.fetch)."""
+    output:
+        directory(f"{MODELS}/{{model_key}}"),
+    log:
+        f"{LOGS}/models/{{model_key}}.log",
+    wildcard_constraints:
+        model_key=KEY_PATTERN,
+    params:
+        model=lambda w: w.model_key.replace("--", "/"),
+    # Where Snakemake runs (a cluster's login node): fetching needs the internet, compute nodes may have none.
+    localrule: True
+    shell:
+        gymforge("prefetch-model", "--model {params.model} --out {output}", config=False)
+
+
+rule prefetch:
+    """Everything the plan loads from the hub that is known before it runs: the student's base and the benchmark's
+    datasets. On a cluster, run `snakemake prefetch` on the login node; the jobs then need no internet for them
+    (the synthesized tasks' datasets follow their proposals: rule fetch_dataset, also a local rule)."""
+    localrule: True
+    input:
+        [f"{MODELS}/{model_key(m)}" for m in hub_models(CFG)],
+        lambda w: dataset_targets([i for ids in benchmark_datasets().values() for i in ids]),

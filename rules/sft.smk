@@ -13,6 +13,7 @@ rule student_tokenizer:
         # Offline the tokenizer is trained on the prompt templates and the verified tasks' texts.
         templates=sorted(str(p) for p in templates_dir().glob("*.j2")) if CFG.train.student == "offline" else [],
         envs=expand(f"{R}/environments/{{slot}}/verified", slot=TOPIC_SLOTS) if CFG.train.student == "offline" else [],
+        base=[STUDENT_BASE] if PREFETCHED else [],  # a hub student's tokenizer comes from its prefetched folder
     output:
         directory(f"{R}/student/tokenizer"),
     log:

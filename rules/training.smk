@@ -32,7 +32,7 @@ rule train_student:
     input:
         dataset=f"{SFT}/dataset",
         tokenizer=f"{R}/student/tokenizer",
-        base=[STUDENT_BASE] if BUILT_STUDENT else [],
+        base=[STUDENT_BASE] if BUILT_STUDENT or PREFETCHED else [],
     output:
         report(directory(CHECKPOINT), patterns=["{name}.png"], caption="../report/loss.rst", category="3. Training"),
     log:
@@ -43,7 +43,8 @@ rule train_student:
         digest=CFG.digest("seed", "train"),
         # python -m gymforge train-student, or accelerate launch with the strategy's config for several GPUs
         launch=shlex.join(launch_command(CFG, [])),
-        base=lambda w, input: input.base[0] if input.base else STUDENT_BASE,  # the built base, or the hub id / path
+        # the built or prefetched base, or the hub id / path
+        base=lambda w, input: input.base[0] if input.base else STUDENT_BASE,
     resources:
         gpu=CFG.train.gpus,
         mem_mb=CFG.train.mem_mb,

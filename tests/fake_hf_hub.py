@@ -4,7 +4,8 @@
         env = {"HF_ENDPOINT": hub.url, ...}   # in a subprocess: huggingface_hub reads it at import
 
 Routes: dataset info (`/api/datasets/<id>[/revision/<rev>]`), the file tree (`/api/datasets/<id>/tree/<rev>[/<path>]`),
-paths-info, and file downloads (`HEAD`/`GET /datasets/<id>/resolve/<rev>/<path>`, with Range). Anything else is a
+paths-info, and file downloads (`HEAD`/`GET /datasets/<id>/resolve/<rev>/<path>`, with Range); the same for model
+repositories (`/api/models/<id>...`, `/<id>/resolve/<rev>/<path>`). Anything else is a
 404 with the hub's `X-Error-Code`, and is recorded in `unhandled`, so a test sees which endpoint it forgot.
 """
 
@@ -76,6 +77,10 @@ class _Handler(BaseHTTPRequestHandler):
             (r"/api/datasets/(?P<repo>[^/]+/[^/]+)(?:/revision/(?P<rev>[^/]+))?/?", self._info),
             (r"/api/datasets/(?P<repo>[^/]+/[^/]+)/tree/(?P<rev>[^/]+)(?:/(?P<sub>.*))?", self._tree),
             (r"/datasets/(?P<repo>[^/]+/[^/]+)/resolve/(?P<rev>[^/]+)/(?P<file>.+)", self._resolve),
+            # model repositories (what `snapshot_download` of a model asks)
+            (r"/api/models/(?P<repo>[^/]+/[^/]+)(?:/revision/(?P<rev>[^/]+))?/?", self._info),
+            (r"/api/models/(?P<repo>[^/]+/[^/]+)/tree/(?P<rev>[^/]+)(?:/(?P<sub>.*))?", self._tree),
+            (r"/(?P<repo>[^/]+/[^/]+)/resolve/(?P<rev>[^/]+)/(?P<file>.+)", self._resolve),
         ):
             m = re.fullmatch(pattern, path)
             if m:

@@ -350,6 +350,9 @@ class TrainConfig(_Strict):
                              "resumes from its last checkpoint (save_steps).")
     threads: int = Field(1, ge=1, description="CPU cores the train_student job declares (SLURM --cpus-per-task; "
                          "e.g. 8 per GPU for data loading).")
+    prefetch: bool = Field(True, description="A `student` given as a hub id is fetched once by rule prefetch_model (a "
+                           "local rule: where Snakemake runs) into <cache_dir>/models/<owner--name>, and every job "
+                           "loads that folder with the hub offline; false: each job loads the id itself.")
     base_mem_mb: int = Field(2048, ge=256, description="Memory the student_base job declares (a built base).")
     base_runtime_min: int = Field(30, ge=1, description="Wall-clock minutes the student_base job declares.")
 
@@ -624,8 +627,9 @@ class GymforgeConfig(_Strict):
         dump["student"] = {"student": dump["train"]["student"]}
         # The student's context decides `sft.example_unit: auto` and what the SFT statistics count as trained.
         dump["sft"]["max_length"] = dump["train"]["max_length"]
+        # Nor where the base is loaded from (train.prefetch: the same model, fetched ahead or by the job).
         for key in ("gpus", "mem_mb", "runtime_min", "threads", "base_mem_mb", "base_runtime_min", "logging_steps",
-                    *TRAIN_SAVING):
+                    "prefetch", *TRAIN_SAVING):
             dump["train"].pop(key)
         # An evaluation job reruns for its own model and task only; which runs it holds are its rule's params.
         for key in ("tasks", "runs_per_task", "concurrency", "models", "mem_mb", "runtime_min", "threads"):
@@ -690,7 +694,7 @@ READABLE_EVERYWHERE: tuple[str, ...] = (
                                    "max_retries", "price", "token_param")),
     "topics.n", "datasets.cache_dir",
     *(f"trajectories.{k}" for k in ("per_task", "shard_size", "concurrency", "gpus", "mem_mb", "runtime_min")),
-    *(f"train.{k}" for k in ("gpus", "mem_mb", "runtime_min", "logging_steps", *TRAIN_SAVING)),
+    *(f"train.{k}" for k in ("gpus", "mem_mb", "runtime_min", "logging_steps", "prefetch", *TRAIN_SAVING)),
     *(f"evaluate.{k}" for k in ("tasks", "runs_per_task", "concurrency", "models", "mem_mb", "runtime_min")),
     "evaluate.serving.gpus", *(f"tracking.{k}" for k in ("backend", "project", "dir")),
     *(f"rl.{k}" for k in ("gpus", "strategy", "gradient_checkpointing", "mem_mb", "runtime_min", "threads",

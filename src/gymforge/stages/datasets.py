@@ -7,6 +7,7 @@ so the rule, the mounts and the tests run without a network.
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import time
@@ -17,6 +18,8 @@ from gymforge.core.config import GymforgeConfig
 from gymforge.hub import DatasetHub, DatasetNotFound, HubUnavailable, HuggingFaceHub, get_hub
 from gymforge.hub.data import quiet_datasets
 from gymforge.sandbox import make_readable
+from gymforge.student.fetch import MANIFEST as MODEL_MANIFEST
+from gymforge.student.fetch import prefetch_model as fetch_model
 from gymforge.tasks.datacache import MANIFEST, PREPARED, Manifest, dataset_key, entry_dir, prepared_name
 
 
@@ -145,3 +148,14 @@ def fetch_dataset(cfg: GymforgeConfig, dataset_id: str, out: Path) -> str:
     except (DatasetNotFound, HubUnavailable, PrefetchError) as err:
         raise SystemExit(f"gymforge: {err}") from err
     return f"{m.id}: {m.hub} hub, config {m.config or 'default'}, splits {m.splits}, {m.bytes} bytes -> {out.parent}"
+
+
+# -- models ---------------------------------------------------------------------------------------------
+
+
+def prefetch_model(model: str, out: Path) -> str:
+    """Fetch one hub model (the student's base) into the model cache that jobs load it from (rule
+    `prefetch_model`, run where Snakemake runs: it needs the internet, the jobs then do not)."""
+    folder = fetch_model(model, Path(out))
+    info = json.loads((folder / MODEL_MANIFEST).read_text())
+    return f"{model}@{info['revision']}: {len(info['files'])} files, {info['bytes'] / 1e6:.1f} MB in {folder}"

@@ -70,6 +70,7 @@ from gymforge.core.config import FilterConfig, GymforgeConfig
 from gymforge.core.metrics import has_valid_metric, last_score
 from gymforge.core.records import Example, Trajectory
 from gymforge.hub.data import quiet_datasets
+from gymforge.student.fetch import prefetched, require_offline_copy
 from gymforge.student.masks import tokenize_turns
 from gymforge.student.tokenizer import build_tokenizer, count_chat_tokens, load_tokenizer
 
@@ -590,8 +591,11 @@ def _size_category(rows: int) -> str:
 
 
 def student_tokenizer(cfg: GymforgeConfig, templates: Path, envs: list[Path], out: Path) -> str:
-    """The student's tokenizer: the hub's for a real student, offline one trained on templates and task texts."""
-    built = build_tokenizer(cfg.train.student, Path(out), Path(templates), [Path(e) for e in envs])
+    """The student's tokenizer: the hub's for a real student (from its prefetched folder when `train.prefetch`),
+    offline one trained on templates and task texts."""
+    folder = prefetched(cfg, cfg.train.student)
+    source = str(require_offline_copy(folder, cfg.train.student)) if folder is not None else cfg.train.student
+    built = build_tokenizer(source, Path(out), Path(templates), [Path(e) for e in envs])
     return f"{built}: {len(load_tokenizer(built))} tokens ({cfg.train.student})"
 
 

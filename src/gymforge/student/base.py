@@ -23,6 +23,7 @@ from typing import Any
 from gymforge.core import atomic
 from gymforge.core.config import GymforgeConfig
 from gymforge.student import smollm2
+from gymforge.student.fetch import prefetched
 from gymforge.student.tokenizer import load_tokenizer
 
 OFFLINE = "offline"
@@ -47,10 +48,12 @@ def train_seed(cfg: GymforgeConfig) -> int:
 
 
 def base_of(cfg: GymforgeConfig, results: str | Path | None = None) -> str:
-    """What SFT starts from: `results/student/base` when a rule builds it, else the configured hub id or path."""
+    """What SFT starts from: `results/student/base` when a rule builds it, the prefetched folder of a hub id
+    (`gymforge.student.fetch`), else the configured hub id or path."""
     if builds_base(cfg):
         return str(Path(results if results is not None else cfg.results) / BASE_DIR)
-    return cfg.train.student
+    folder = prefetched(cfg, cfg.train.student)
+    return str(folder) if folder is not None else cfg.train.student
 
 
 def qwen3_config(cfg: GymforgeConfig, tokenizer: Any) -> Any:
