@@ -1,4 +1,4 @@
-# Stage 3.8a: every model in evaluate.models runs every benchmark task runs_per_task times (one job per
+# Evaluation (runs) stage: every model in evaluate.models runs every benchmark task runs_per_task times (one job per
 # model and task), after a decontamination check of the benchmark against the synthesized tasks.
 from gymforge.benchmark.suite import load_benchmark
 from gymforge.core.plan import run_ids, teacher_identity

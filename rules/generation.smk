@@ -1,4 +1,4 @@
-# Stage 3.3: configs, then starter code; each validated task becomes an MLGym tree under tasks/<slot>/mlgym.
+# Generation stage: configs, then starter code; each validated task becomes an MLGym tree under tasks/<slot>/mlgym.
 
 
 rule task_configs:

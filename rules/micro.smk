@@ -1,4 +1,4 @@
-# Stage 3.9a: micro-scale variants of the verified tasks (SandMLE), the RL environments.
+# RL (micro tasks) stage: micro-scale variants of the verified tasks (SandMLE), the RL environments.
 
 
 rule micro_task:

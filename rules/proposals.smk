@@ -1,4 +1,4 @@
-# Stage 3.2: one proposal per topic slot (a discarded topic yields a small "skipped" record).
+# Proposals stage: one proposal per topic slot (a discarded topic yields a small "skipped" record).
 # A checkpoint: with the real hub, which dataset a slot's task fetches is known only from its proposal.
 
 

@@ -1,4 +1,4 @@
-# Stage 3.9b: on-policy RL (GRPO-style, duration-aware) of the SFT student on the micro-scale tasks.
+# RL (update) stage: on-policy RL (GRPO-style, duration-aware) of the SFT student on the micro-scale tasks.
 # One job: it serves the current policy (transformers on CPU, vLLM on GPUs) and trains it, `rl.gpus` GPUs
 # shared by both (docs/rl.md, "On-policy RL"). A killed job resumes from its last finished iteration
 # (results/rl/<student>/.work/, not a declared output, so Snakemake leaves it alone).

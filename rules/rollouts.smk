@@ -1,4 +1,4 @@
-# Stage 3.5: teacher rollouts in shards per topic slot (trivial shards for tasks that were not verified).
+# Rollouts stage: teacher rollouts in shards per topic slot (trivial shards for tasks that were not verified).
 from gymforge.core.plan import shard_ids, shard_mem_mb, shard_rollouts
 
 shard_mem_mb(CFG)  # a trajectories.mem_mb below what its sandboxes need fails the plan here

@@ -1,4 +1,4 @@
-# Stage 3.8b: Best Attempt / Best Submission, AUP with intervals and the plots; the run summary; target `scores`.
+# Evaluation (scores) stage: Best Attempt / Best Submission, AUP with intervals and the plots; the run summary; target `scores`.
 
 
 rule score_table:

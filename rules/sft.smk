@@ -1,4 +1,4 @@
-# Stage 3.6: the student's tokenizer, the filters -> SFT dataset + stats, and the plots; target `trajectories`.
+# SFT data stage: the student's tokenizer, the filters -> SFT dataset + stats, and the plots; target `trajectories`.
 from gymforge.core.prompts import templates_dir
 from gymforge.agent.sources import extra_source_files
 

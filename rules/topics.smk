@@ -1,4 +1,4 @@
-# Stage 3.1: batches are chained (each prompt lists the topics already sampled), slots are fixed per batch.
+# Topics stage: batches are chained (each prompt lists the topics already sampled), slots are fixed per batch.
 
 
 rule topic_batch:

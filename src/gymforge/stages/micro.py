@@ -1,7 +1,7 @@
 """Micro-scale variants of verified tasks (SandMLE; docs/rl.md, Micro tasks): the RL environments.
 
 A micro task is its verified task with the training split subsampled to `micro.max_train_rows` rows
-(the test split, the files, the metric and the evaluation stay as they are), verified the way stage 3.4
+(the test split, the files, the metric and the evaluation stay as they are), verified the way the verification stage
 verifies a task (`verification.check_baseline`: install, baseline, evaluation) and recorded with its own
 baseline scores. Rows are drawn deterministically from the run seed: class labels keep their shares
 (at least one row per class), a time series keeps its most recent contiguous rows, anything else is a

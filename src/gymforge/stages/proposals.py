@@ -1,4 +1,4 @@
-"""Stage 3.2: turn a topic into a task proposal grounded in a real dataset, via a tool-calling loop."""
+"""Proposals stage: turn a topic into a task proposal grounded in a real dataset, via a tool-calling loop."""
 
 from __future__ import annotations
 

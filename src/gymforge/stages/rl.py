@@ -1,4 +1,4 @@
-"""Stage 3.9: on-policy RL of the SFT student on (micro-scale) verified tasks; rule `train_rl`, target `rl` (whose
+"""RL stage: on-policy RL of the SFT student on (micro-scale) verified tasks; rule `train_rl`, target `rl` (whose
 rule `rl_plot`, step `rl-plot`, draws the reward curve for `snakemake --report`).
 
 `train_rl` (the rule's step; `run_rl` with loaded tasks) runs `rl.iterations` iterations of:

@@ -1,4 +1,4 @@
-"""Stage 3.5: `trajectories.per_task` teacher rollouts per verified task, in shards of concurrent episodes.
+"""Rollouts stage: `trajectories.per_task` teacher rollouts per verified task, in shards of concurrent episodes.
 
 Each shard is one Snakemake target, `trajectories/<slot>/shard_<k>.json`, holding the rollouts with
 indices `[k * shard_size, (k + 1) * shard_size)` (capped at `per_task`). A task that was not verified

@@ -1,4 +1,4 @@
-"""Stage 3.8, table: Best Attempt / Best Submission per model and task, AUP (docs/scores.md) with bootstrap 95%
+"""Evaluation stage, table: Best Attempt / Best Submission per model and task, AUP (docs/scores.md) with bootstrap 95%
 intervals (each model, and each student after SFT minus its base: `gymforge.benchmark.aup.bootstrap_aup`), reply quality,
 plots.
 

@@ -1,4 +1,4 @@
-"""Stage 3.6: filter the rollouts and turn the kept ones into an SFT dataset (chat format), with statistics.
+"""SFT data stage: filter the rollouts and turn the kept ones into an SFT dataset (chat format), with statistics.
 
 The filters (below) decide per trajectory; each kept trajectory then becomes examples of one unit
 (`sft.example_unit`, docs/training.md "Example units"):

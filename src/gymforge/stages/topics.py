@@ -1,4 +1,4 @@
-"""Stage 3.1: sample research topics in batches, de-duplicate them, and give each slot a stable id."""
+"""Topics stage: sample research topics in batches, de-duplicate them, and give each slot a stable id."""
 
 from __future__ import annotations
 

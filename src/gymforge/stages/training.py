@@ -1,4 +1,4 @@
-"""Stage 3.7: supervised fine-tuning of the student on the SFT dataset with TRL.
+"""Training stage: supervised fine-tuning of the student on the SFT dataset with TRL.
 
 `train_student(cfg, dataset, base, tokenizer, out)` (the step of rule `train_student`, `gymforge train-student`) runs
 `trl.SFTTrainer` on the chat-format dataset (`results/sft/dataset`, its `messages` column) and writes one checkpoint

@@ -1,4 +1,4 @@
-"""Stage 3.4: install each task, run its baseline and one teacher episode; on failure, debug or regenerate."""
+"""Verification stage: install each task, run its baseline and one teacher episode; on failure, debug or regenerate."""
 
 from __future__ import annotations
 

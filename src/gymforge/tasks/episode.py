@@ -1,7 +1,7 @@
 """One agent episode in its own sandbox workspace, runnable many at a time on one event loop.
 
-The one place episodes and their sandboxes are made: verification (stage 3.4), teacher rollouts (3.5),
-benchmark runs (3.8), RL rollouts and `gymforge run-task` all build an `EpisodeRunner` (`for_config`:
+The one place episodes and their sandboxes are made: verification, teacher rollouts,
+benchmark runs, RL rollouts and `gymforge run-task` all build an `EpisodeRunner` (`for_config`:
 the configured backend with the job's GPUs, the sandbox limits, the dataset cache), take task
 environments from it and run episodes through it: install a task, open a shell session, let the `Agent`
 talk to a model until it submits, and clean up the workspace.
