@@ -1,0 +1,341 @@
+"""Harbor task folders, out and in (docs/interop.md).
+
+Out: `export_task` writes one verified gymforge task as a Harbor task folder in the format of harbor 0.25
+(`task.toml` schema_version "1.4", read by Harbor's `TaskConfig`):
+
+    <task id>/
+      task.toml                timeouts, cpus, memory, storage, gpus; a separate verifier; the artefact carried to it
+      instruction.md           the task's own text, as the agent loop shows it, and where its files are
+      environment/Dockerfile   FROM a configurable base image; the agent's files in /app
+      environment/app/         the workspace as gymforge installs it: starter files and the data the agent may see
+      tests/Dockerfile         the verifier's own image (the same base)
+      tests/test.sh            runs verify.py, which writes /logs/verifier/reward.json
+      tests/verify.py          (gymforge.interop.harbor_verifier, standard library only)
+      tests/score.py           gymforge's scorer launcher (evalkit/score.py)
+      tests/task/              the task's pristine evaluation script, starter files and data
+      tests/answers/           the held-out answers (secret files, hidden columns); never in environment/
+      tests/meta.json          metric, direction, baseline, artefact, the evaluation's arguments
+      solution/solve.sh        reproduces the baseline
+
+Only tasks whose artefact is data can leave this way today (CSVSubmissionTasks): their evaluation reads nothing of
+the agent's code, so a verifier container with the answers is safe. The others are refused with the reason.
+
+In: `HarborTask` reads a Harbor task folder (task.toml, instruction.md, environment/Dockerfile's WORKDIR and COPY
+lines, tests/, solution/), and `run_harbor_task` runs it in gymforge's sandbox as Harbor's trial does: the agent's
+step (here: the task's `solve.sh`, or nothing) in the agent's sandbox with the environment's files at the task's
+workdir, then `tests/test.sh` in a fresh sandbox that sees the agent's artefacts, `/tests` and `/logs/verifier`;
+the reward is what test.sh wrote. A task that declares GPUs gets them from the backend (Harbor's own docker
+environment refuses such tasks).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+import shlex
+import shutil
+import tempfile
+import tomllib
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from gymforge.core import atomic
+from gymforge.core.config import GymforgeConfig
+from gymforge.interop import harbor_verifier
+from gymforge.interop.trl_env import task_rows
+from gymforge.sandbox import ExecResult, Limits, Mount, SandboxBackend
+from gymforge.tasks.environment import EVALKIT, TaskEnvironment
+from gymforge.tasks.episode import sandbox_for
+
+SCHEMA_VERSION = "1.4"  # task.toml's schema_version in harbor 0.25.0 (harbor/models/task/config.py, TaskConfig)
+HARBOR_VERSION = "0.25.0"
+WORKDIR = "/app"
+DEFAULT_IMAGE = "python:3.11-slim"
+SUPPORTED = ("CSVSubmissionTasks",)
+
+
+class HarborExportError(ValueError):
+    """The task cannot be written as a Harbor task folder; the message says why."""
+
+
+def _toml_value(value: Any) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, (int, float)):
+        return repr(value)
+    if isinstance(value, str):
+        return json.dumps(value)  # a TOML basic string: JSON's escapes are TOML's
+    if isinstance(value, list):
+        return "[" + ", ".join(_toml_value(v) for v in value) + "]"
+    raise TypeError(f"no TOML form for {type(value).__name__}")
+
+
+def dump_toml(data: dict[str, Any]) -> str:
+    """TOML of a dict whose values are scalars, lists of scalars or (nested) tables of them."""
+    lines: list[str] = []
+
+    def table(prefix: str, body: dict[str, Any]) -> None:
+        scalars = {k: v for k, v in body.items() if not isinstance(v, dict) and v is not None}
+        if prefix and scalars:
+            lines.append(f"\n[{prefix}]")
+        lines.extend(f"{k} = {_toml_value(v)}" for k, v in scalars.items())
+        for k, v in body.items():
+            if isinstance(v, dict):
+                table(f"{prefix}.{k}" if prefix else k, v)
+
+    table("", data)
+    return "\n".join(lines).lstrip("\n") + "\n"
+
+
+def _digest(folder: Path) -> str:
+    h = hashlib.sha256()
+    for path in sorted(p for p in folder.rglob("*") if p.is_file()):
+        h.update(f"{path.relative_to(folder).as_posix()}\0{path.stat().st_mode & 0o111}\0".encode())
+        h.update(path.read_bytes())
+    return h.hexdigest()
+
+
+def _copy_tree(src: Path, dst: Path) -> None:
+    """Regular files and folders of `src` (symlinks left out), as plain files gymforge wrote."""
+    for path in sorted(src.rglob("*")):
+        if path.is_symlink():
+            continue
+        target = dst / path.relative_to(src)
+        if path.is_dir():
+            target.mkdir(parents=True, exist_ok=True)
+        elif path.is_file():
+            target.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(path, target)
+
+
+def _script(path: Path, text: str) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text)
+    path.chmod(0o755)
+
+
+@dataclass
+class Exported:
+    task_id: str
+    path: Path
+    written: bool  # False: the folder was already there with the same contents
+
+
+def export_task(task_yaml: Path, dest: Path, *, sandbox: SandboxBackend, root: Path | None = None,
+                baseline: dict[str, float] | None = None, metric: str = "", higher_is_better: bool = True,
+                hidden_columns: dict[str, list[str]] | None = None, limits: Limits | None = None,
+                base_image: str = DEFAULT_IMAGE, scale_floor: float = 0.01, gpus: int = 0) -> Exported:
+    """Write the Harbor task folder of one task at `dest` (atomically; left untouched when its contents would not
+    change)."""
+    limits = limits or Limits()
+    with tempfile.TemporaryDirectory(prefix="harbor-export-") as scratch:
+        env = TaskEnvironment(Path(task_yaml), root=root, sandbox=sandbox, run_dir=Path(scratch) / "run",
+                              limits=limits, hidden_columns=hidden_columns, gpus=gpus)
+        task = env.task
+        if task.task_entrypoint not in SUPPORTED:
+            raise HarborExportError(f"{task.id}: a {task.task_entrypoint} task cannot be exported yet: only tasks "
+                                    f"whose artefact is data ({', '.join(SUPPORTED)}) run in a verifier container "
+                                    "that holds the answers without running the agent's code")
+        if any(not d.is_local for d in env.datasets):
+            raise HarborExportError(f"{task.id}: loads a dataset from the hub by id; only local data is exported")
+        env.install()
+        name = metric or (next(iter(baseline)) if baseline else "")
+        build = Path(scratch) / "folder"
+        app = build / "environment" / "app"
+        _copy_tree(env.workspace, app)
+        (build / "environment" / "Dockerfile").write_text(
+            f"FROM {base_image}\nWORKDIR {WORKDIR}\nCOPY app/ {WORKDIR}/\n")
+        tests = build / "tests"
+        env.scoring._place_pristine(tests / "task", everything=True)  # the task's own files, never an agent's
+        for target in env.installation.data_targets():
+            _copy_tree(env.workspace / target, tests / "task" / target)
+        (tests / "answers").mkdir(parents=True)
+        if env.secrets_dir.is_dir():
+            _copy_tree(env.secrets_dir, tests / "answers")
+        shutil.copyfile(EVALKIT / "score.py", tests / "score.py")
+        shutil.copyfile(harbor_verifier.__file__, tests / "verify.py")
+        meta = {"task_id": task.id, "entrypoint": task.task_entrypoint, "artefact": "submission.csv",
+                "script": task.evaluation_paths[0], "argv": ["--submission_file", "{scorer}/submission.csv"],
+                "metric": name, "higher_is_better": higher_is_better,
+                "baseline": (baseline or {}).get(name), "scale_floor": scale_floor, "timeout_s": env.timeout}
+        (tests / "meta.json").write_text(json.dumps(meta, indent=1, sort_keys=True) + "\n")
+        (tests / "Dockerfile").write_text(f"FROM {base_image}\nCOPY . /tests/\n")
+        _script(tests / "test.sh", "#!/bin/bash\n# The task's own evaluation of the artefact in /app; writes "
+                "/logs/verifier/reward.json.\nmkdir -p /logs/verifier\n"
+                f"exec python3 /tests/verify.py /tests {WORKDIR} /logs/verifier\n")
+        baseline_script = task.baseline_paths[0] if task.baseline_paths else None
+        if baseline_script is None:
+            raise HarborExportError(f"{task.id}: no baseline_paths, so there is no solution to write")
+        _script(build / "solution" / "solve.sh", "#!/bin/bash\n# The task's baseline, as gymforge verified it.\n"
+                f"set -e\ncd {WORKDIR}\npython3 {shlex.quote(baseline_script)}\n")
+        (build / "instruction.md").write_text(
+            f"{env.description.rstrip()}\n\nYour working directory is `{WORKDIR}`: the task's files are there, and "
+            f"the evaluation reads `{WORKDIR}/submission.csv`.\n")
+        config = {
+            "schema_version": SCHEMA_VERSION,
+            "source": "gymforge",
+            "artifacts": [WORKDIR],
+            "task": {"name": f"gymforge/{task.id}", "description": task.name or task.id},
+            "metadata": {"gymforge_task": task.id, "metric": name, "higher_is_better": higher_is_better,
+                         **({"baseline": float(baseline[name])} if baseline and name in baseline else {})},
+            "verifier": {"timeout_sec": float(env.timeout) + 60.0, "environment_mode": "separate",
+                         "network_mode": "no-network"},
+            "agent": {"timeout_sec": float(env.timeout) * 4},
+            "environment": {"network_mode": "no-network", "workdir": WORKDIR, "cpus": 1,
+                            "memory_mb": int(limits.memory_mb), "storage_mb": int(limits.disk_mb), "gpus": int(gpus)},
+        }
+        (build / "task.toml").write_text(dump_toml(config))
+        dest = Path(dest)
+        if dest.is_dir() and _digest(dest) == _digest(build):
+            return Exported(task.id, dest, False)
+        with atomic.directory(dest) as tmp:
+            _copy_tree(build, tmp)
+            for script in (tmp / "tests" / "test.sh", tmp / "solution" / "solve.sh"):
+                script.chmod(0o755)
+        return Exported(task.id, dest, True)
+
+
+def export_results(results: Path, out: Path, *, sandbox: SandboxBackend, micro: bool = False,
+                   base_image: str = DEFAULT_IMAGE, limits: Limits | None = None,
+                   scale_floor: float = 0.01) -> tuple[list[Exported], dict[str, str]]:
+    """Every verified environment of a results directory (`micro`: its micro variants) as Harbor task folders under
+    `out/<task id>`; (what was exported, {slot: why it was not})."""
+    done, refused = [], {}
+    for row in task_rows(results, micro=micro):
+        try:
+            done.append(export_task(
+                Path(row["task"]), Path(out) / Path(row["task"]).stem, sandbox=sandbox, root=Path(row["root"]),
+                baseline=json.loads(row["baseline"]) if row["baseline"] else None, metric=row["metric"],
+                higher_is_better=row["higher_is_better"], base_image=base_image, limits=limits,
+                hidden_columns=json.loads(row["hidden_columns"]) if row["hidden_columns"] else None,
+                scale_floor=scale_floor))
+        except HarborExportError as err:
+            refused[row["slot"]] = str(err)
+    return done, refused
+
+
+# -- in: a Harbor task folder run in gymforge's sandbox -------------------------------------------------------
+
+_COPY = re.compile(r"^\s*(?:COPY|ADD)\s+(?!--from)(?:--\S+\s+)*(.+?)\s*$", re.I)
+_WORKDIR = re.compile(r"^\s*WORKDIR\s+(\S+)\s*$", re.I)
+
+
+@dataclass
+class HarborTask:
+    """A Harbor task folder as gymforge reads it (the fields of task.toml it acts on)."""
+
+    folder: Path
+    instruction: str
+    workdir: str
+    gpus: int
+    cpus: float | None
+    memory_mb: int | None
+    agent_timeout_s: float
+    verifier_timeout_s: float
+    separate_verifier: bool
+    artifacts: list[str]
+    copies: list[tuple[str, str]]  # (source under environment/, destination in the container) of COPY lines
+    ignored: list[str] = field(default_factory=list)  # Dockerfile lines the local backend does not carry out
+
+    @classmethod
+    def read(cls, folder: Path) -> HarborTask:
+        folder = Path(folder)
+        config = tomllib.loads((folder / "task.toml").read_text())
+        environment, verifier, agent = (config.get(k, {}) for k in ("environment", "verifier", "agent"))
+        workdir, copies, ignored = None, [], []
+        dockerfile = folder / "environment" / "Dockerfile"
+        for line in (dockerfile.read_text().splitlines() if dockerfile.is_file() else []):
+            if m := _WORKDIR.match(line):
+                workdir = m.group(1)
+            elif m := _COPY.match(line):
+                *sources, dst = shlex.split(m.group(1))
+                if not dst.startswith("/"):
+                    dst = f"{workdir or '/'}/{dst}".replace("//", "/")
+                copies += [(s, dst) for s in sources]
+            elif line.strip() and not line.lstrip().startswith(("#", "FROM", "ENV", "USER", "CMD", "ENTRYPOINT")):
+                ignored.append(line.strip())
+        workdir = environment.get("workdir") or workdir or "/app"
+        mode = verifier.get("environment_mode")
+        return cls(folder=folder, instruction=(folder / "instruction.md").read_text(), workdir=workdir,
+                   gpus=int(environment.get("gpus") or 0), cpus=environment.get("cpus"),
+                   memory_mb=environment.get("memory_mb"), agent_timeout_s=float(agent.get("timeout_sec") or 600),
+                   verifier_timeout_s=float(verifier.get("timeout_sec") or 600),
+                   separate_verifier=mode == "separate" or (mode is None and "environment" in verifier),
+                   artifacts=list(config.get("artifacts", [])), copies=copies, ignored=ignored)
+
+    def materialize(self, dest: Path) -> Path:
+        """The container's files under `dest` (a path of the container at dest/<path>), from the COPY lines."""
+        for src, dst in self.copies:
+            source = self.folder / "environment" / src.rstrip("/")
+            target = dest / dst.lstrip("/")
+            if source.is_dir():
+                _copy_tree(source, target if src.endswith("/") or dst.endswith("/") else target)
+            elif source.is_file():
+                target = target / source.name if dst.endswith("/") else target
+                target.parent.mkdir(parents=True, exist_ok=True)
+                shutil.copyfile(source, target)
+        (dest / self.workdir.lstrip("/")).mkdir(parents=True, exist_ok=True)
+        return dest
+
+
+@dataclass
+class HarborRun:
+    rewards: dict[str, float] | None  # what the verifier wrote (reward.json, or reward.txt as {"reward": x})
+    agent: ExecResult | None
+    verifier: ExecResult
+    ignored: list[str]
+
+
+def _rewards(logs: Path) -> dict[str, float] | None:
+    if (logs / "reward.json").is_file():
+        value = json.loads((logs / "reward.json").read_text())
+        return {k: float(v) for k, v in value.items()} if isinstance(value, dict) else {"reward": float(value)}
+    if (logs / "reward.txt").is_file():
+        return {"reward": float((logs / "reward.txt").read_text().strip())}
+    return None
+
+
+def run_harbor_task(folder: Path, work: Path, *, sandbox: SandboxBackend, limits: Limits | None = None,
+                    solution: bool = True, agent_command: str | None = None) -> HarborRun:
+    """Harbor's trial of one task in gymforge's sandbox: `solution` runs solution/solve.sh as the agent (else
+    `agent_command`, else nothing: Harbor's "nop" agent), then tests/test.sh as the verifier."""
+    task = HarborTask.read(folder)
+    limits = limits or Limits()
+    work = Path(work)
+    shutil.rmtree(work, ignore_errors=True)
+    agent_root = task.materialize(work / "agent")
+    app = agent_root / task.workdir.lstrip("/")
+    (work / "logs" / "agent").mkdir(parents=True)
+    mounts = [Mount(host=app, target=task.workdir, read_only=False),
+              Mount(host=work / "logs" / "agent", target="/logs/agent", read_only=False)]
+    agent = None
+    command = "bash /solution/solve.sh" if solution else agent_command
+    if command:
+        extra = [Mount(host=folder / "solution", target="/solution")] if solution else []
+        agent = sandbox.run_once(app, ["bash", "-c", f"cd {shlex.quote(task.workdir)} && {command}"],
+                                 timeout=task.agent_timeout_s, limits=limits, mounts=mounts + extra)
+    if task.separate_verifier:  # a fresh filesystem that holds only the agent's artifacts
+        verifier_root = task.materialize(work / "verifier")
+        for path in task.artifacts:
+            src, dst = agent_root / path.lstrip("/"), verifier_root / path.lstrip("/")
+            if src.is_dir():
+                shutil.rmtree(dst, ignore_errors=True)
+                _copy_tree(src, dst)
+            elif src.is_file():
+                dst.parent.mkdir(parents=True, exist_ok=True)
+                shutil.copyfile(src, dst)
+        app = verifier_root / task.workdir.lstrip("/")
+    logs = work / "logs" / "verifier"
+    logs.mkdir(parents=True)
+    verifier = sandbox.run_once(app, ["bash", "/tests/test.sh"], timeout=task.verifier_timeout_s, limits=limits,
+                                mounts=[Mount(host=app, target=task.workdir, read_only=False),
+                                        Mount(host=folder / "tests", target="/tests"),
+                                        Mount(host=logs, target="/logs/verifier", read_only=False)])
+    return HarborRun(_rewards(logs), agent, verifier, task.ignored)
+
+
+def sandbox_for_task(cfg: GymforgeConfig, task: HarborTask) -> SandboxBackend:
+    """The configured backend with the GPUs the task declares."""
+    return sandbox_for(cfg, task.gpus)

@@ -1,0 +1,228 @@
+"""Harbor task folders out and in (gymforge.interop.harbor; docs/interop.md): an exported task validates with
+Harbor's own task models, its solution scores the baseline through the exported verifier in gymforge's sandbox,
+doing nothing scores the floor, no answer reaches the agent's files, and folders written to Harbor's spec run."""
+
+from __future__ import annotations
+
+import json
+import shlex
+import subprocess
+import sys
+import types
+import zipfile
+from pathlib import Path
+
+import pytest
+
+from gymforge.core.config import GymforgeConfig
+from gymforge.interop.harbor import (SCHEMA_VERSION, HarborExportError, HarborTask, export_results, export_task,
+                                     run_harbor_task, sandbox_for_task)
+from gymforge.sandbox import get_sandbox
+from gymforge.tasks.environment import TaskEnvironment
+
+ROOT = Path(__file__).resolve().parent / "fixtures" / "mlgym"
+CSV_YAML = ROOT / "configs" / "tasks" / "csvTiny.yaml"
+HARBOR = "0.25.0"
+
+
+@pytest.fixture(scope="module")
+def sandbox():
+    return get_sandbox("local")
+
+
+@pytest.fixture(scope="module")
+def baseline(sandbox, tmp_path_factory: pytest.TempPathFactory) -> dict[str, float]:
+    env = TaskEnvironment(CSV_YAML, sandbox=sandbox, run_dir=tmp_path_factory.mktemp("base"), gpus=0)
+    env.install()
+    return env.run_baseline().metrics
+
+
+@pytest.fixture(scope="module")
+def exported(sandbox, baseline, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    out = tmp_path_factory.mktemp("harbor") / "csvTiny"
+    made = export_task(CSV_YAML, out, sandbox=sandbox, baseline=baseline, metric="rmse", higher_is_better=False)
+    assert made.written and made.task_id == "csvTiny"
+    return out
+
+
+@pytest.fixture(scope="session")
+def harbor_models(tmp_path_factory: pytest.TempPathFactory) -> types.SimpleNamespace:
+    """Harbor 0.25.0's task models, loaded from its wheel on PyPI. Its package needs Python 3.12 to install, but
+    `harbor/models/task/config.py` and `paths.py` parse on 3.11: the wheel is unpacked, `harbor` is registered as a
+    bare package (its `__init__` imports the CLI's dependencies), and `toml` (used only to write TOML) is stubbed
+    when absent."""
+    where = tmp_path_factory.mktemp("harbor-wheel")
+    proc = subprocess.run([sys.executable, "-m", "pip", "download", f"harbor=={HARBOR}", "--no-deps",
+                           "--python-version", "3.12", "--only-binary=:all:", "-d", str(where), "-q"],
+                          capture_output=True, text=True, timeout=300)
+    wheels = list(where.glob("harbor-*.whl"))
+    if proc.returncode != 0 or not wheels:
+        pytest.skip(f"harbor {HARBOR} could not be downloaded from PyPI: {proc.stderr[-300:]}")
+    with zipfile.ZipFile(wheels[0]) as wheel:
+        wheel.extractall(where / "src")
+    sys.modules.setdefault("toml", types.ModuleType("toml"))
+    package = types.ModuleType("harbor")
+    package.__path__ = [str(where / "src" / "harbor")]
+    sys.modules["harbor"] = package
+    from harbor.models.task.config import TaskConfig
+    from harbor.models.task.paths import TaskPaths
+
+    return types.SimpleNamespace(TaskConfig=TaskConfig, TaskPaths=TaskPaths)
+
+
+def unknown_keys(model: type, data: dict, where: str = "") -> list[str]:
+    """Keys of `data` that are no field of the pydantic `model` (Harbor's models ignore unknown keys silently)."""
+    found = []
+    for key, value in data.items():
+        info = model.model_fields.get(key)
+        if info is None:
+            found.append(f"{where}{key}")
+            continue
+        inner = info.annotation
+        for candidate in getattr(inner, "__args__", (inner,)):
+            if isinstance(value, dict) and isinstance(candidate, type) and hasattr(candidate, "model_fields"):
+                found += unknown_keys(candidate, value, f"{where}{key}.")
+    return found
+
+
+def test_exported_folder_validates_with_harbors_task_models(exported: Path, harbor_models) -> None:
+    import tomllib
+
+    text = (exported / "task.toml").read_text()
+    config = harbor_models.TaskConfig.model_validate_toml(text)
+    assert not unknown_keys(harbor_models.TaskConfig, tomllib.loads(text))
+    assert config.schema_version == SCHEMA_VERSION and config.environment.gpus == 0
+    assert config.verifier.environment_mode.value == "separate" and config.environment.workdir == "/app"
+    assert config.environment.network_mode.value == "no-network"
+    paths = harbor_models.TaskPaths(exported)
+    assert paths.discovered_test_path == exported / "tests" / "test.sh"
+    assert paths.discovered_solve_path == exported / "solution" / "solve.sh"
+    assert (paths.environment_dir / "Dockerfile").is_file() and paths.instruction_path.is_file()
+
+
+def test_solution_scores_the_baseline_and_nothing_scores_the_floor(exported: Path, baseline, sandbox,
+                                                                   tmp_path: Path) -> None:
+    solved = run_harbor_task(exported, tmp_path / "solve", sandbox=sandbox)
+    assert solved.agent is not None and solved.agent.exit_code == 0, solved.agent
+    assert solved.rewards is not None and abs(solved.rewards["rmse"] - baseline["rmse"]) < 1e-6
+    assert solved.rewards["reward"] == 0.5 and solved.rewards["baseline"] == baseline["rmse"]
+    nothing = run_harbor_task(exported, tmp_path / "nop", sandbox=sandbox, solution=False)
+    assert nothing.rewards == {"reward": 0.0, "valid": 0.0}
+    # a better submission than the baseline's is worth more (the exact labels: rmse 0, reward 1)
+    labels = (exported / "tests" / "answers" / "test_labels.csv").read_text()
+    perfect = run_harbor_task(exported, tmp_path / "perfect", sandbox=sandbox, solution=False,
+                              agent_command=f"printf '%s' {shlex.quote(labels)} > submission.csv")
+    assert perfect.rewards["rmse"] == 0.0 and perfect.rewards["reward"] == 1.0
+
+
+def test_no_hidden_answer_reaches_the_agents_image(exported: Path) -> None:
+    labels = (exported / "tests" / "answers" / "test_labels.csv").read_text().splitlines()[1:]
+    agent_files = [p for p in (exported / "environment").rglob("*") if p.is_file()]
+    assert agent_files and not any(p.name == "test_labels.csv" for p in agent_files)
+    for path in agent_files:
+        text = path.read_text(errors="replace")
+        assert not any(row in text for row in labels), f"a held-out label row is in {path}"
+    instruction = (exported / "instruction.md").read_text()
+    assert "Predict y from x" in instruction and not any(row in instruction for row in labels)
+
+
+def test_export_is_incremental_and_the_base_image_configurable(exported: Path, sandbox, baseline) -> None:
+    before = {p: p.stat().st_mtime_ns for p in exported.rglob("*")}
+    again = export_task(CSV_YAML, exported, sandbox=sandbox, baseline=baseline, metric="rmse", higher_is_better=False)
+    assert not again.written and {p: p.stat().st_mtime_ns for p in exported.rglob("*")} == before
+    other = export_task(CSV_YAML, exported.parent / "local-image", sandbox=sandbox, baseline=baseline,
+                        metric="rmse", higher_is_better=False, base_image="gymforge-sandbox:latest")
+    assert (other.path / "environment" / "Dockerfile").read_text().startswith("FROM gymforge-sandbox:latest\n")
+    assert (other.path / "tests" / "Dockerfile").read_text().startswith("FROM gymforge-sandbox:latest\n")
+
+
+def test_tasks_whose_evaluation_runs_agent_code_are_refused(sandbox) -> None:
+    with pytest.raises(HarborExportError, match="ModelSubmissionTasks task cannot be exported"):
+        export_task(ROOT / "configs" / "tasks" / "modelTiny.yaml", Path("/nonexistent/x"), sandbox=sandbox)
+
+
+def test_export_results_writes_every_verified_task_and_reports_the_refused(tmp_path: Path, sandbox, baseline) -> None:
+    import shutil
+
+    from gymforge.core.records import VerificationReport
+
+    results = tmp_path / "results"
+    for slot, task_id in (("t0000", "csvTiny"), ("t0001", "modelTiny")):
+        tree = results / "environments" / slot / "verified" / "mlgym"
+        shutil.copytree(ROOT, tree)
+        for other in (tree / "configs" / "tasks").glob("*.yaml"):
+            if other.stem != task_id:
+                other.unlink()
+        scores = [baseline] if task_id == "csvTiny" else [{"mse": 0.5}]
+        (results / "environments" / slot / "report.json").write_text(VerificationReport(
+            item=slot, status="ok", task_id=task_id, baseline_scores=scores).model_dump_json())
+    done, refused = export_results(results, tmp_path / "out", sandbox=sandbox)
+    assert [(e.task_id, e.written) for e in done] == [("csvTiny", True)] and list(refused) == ["t0001"]
+    meta = json.loads((tmp_path / "out" / "csvTiny" / "tests" / "meta.json").read_text())
+    assert (meta["metric"], meta["higher_is_better"], meta["baseline"]) == ("rmse", False, baseline["rmse"])
+    again, _ = export_results(results, tmp_path / "out", sandbox=sandbox)
+    assert [e.written for e in again] == [False]  # a rerun rewrites nothing
+
+
+# -- in: folders written to Harbor's documented spec ----------------------------------------------------------
+
+def write_task(folder: Path, files: dict[str, str]) -> Path:
+    for rel, text in files.items():
+        path = folder / rel
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text)
+        if rel.endswith(".sh"):
+            path.chmod(0o755)
+    return folder
+
+
+HELLO = {
+    "task.toml": 'schema_version = "1.4"\n\n[verifier]\ntimeout_sec = 60.0\n\n[agent]\ntimeout_sec = 60.0\n\n'
+                 '[environment]\ncpus = 1\nmemory_mb = 1024\n',
+    "instruction.md": "Write `Hello, world!` to /app/hello.txt.\n",
+    "environment/Dockerfile": "FROM ubuntu:24.04\nWORKDIR /app\n",
+    "solution/solve.sh": "#!/bin/bash\necho 'Hello, world!' > /app/hello.txt\n",
+    "tests/test.sh": "#!/bin/bash\nif [ \"$(cat /app/hello.txt 2>/dev/null)\" = 'Hello, world!' ]; then\n"
+                     "  echo 1 > /logs/verifier/reward.txt\nelse\n  echo 0 > /logs/verifier/reward.txt\nfi\n",
+}
+
+ML = {
+    "task.toml": 'schema_version = "1.4"\nartifacts = ["/app/predictions.csv"]\n\n[verifier]\ntimeout_sec = 120.0\n'
+                 'environment_mode = "separate"\n\n[agent]\ntimeout_sec = 300.0\n\n[environment]\ncpus = 1\n'
+                 'memory_mb = 2048\ngpus = 1\n',
+    "instruction.md": "Predict the label of each row of /app/data/test.csv into /app/predictions.csv (column label).\n",
+    "environment/Dockerfile": "FROM python:3.11-slim\nRUN pip install scikit-learn\nWORKDIR /app\nCOPY data/ /app/data/\n",
+    "environment/data/train.csv": "x,label\n" + "".join(f"{i},{int(i >= 10)}\n" for i in range(20)),
+    "environment/data/test.csv": "x\n" + "".join(f"{i}\n" for i in (1, 4, 12, 18)),
+    "solution/solve.sh": "#!/bin/bash\ncd /app\npython3 - <<'EOF'\nimport csv\n"
+                         "rows = list(csv.DictReader(open('data/test.csv')))\n"
+                         "with open('predictions.csv', 'w') as f:\n    f.write('label\\n')\n"
+                         "    for r in rows:\n        f.write(f\"{int(int(r['x']) >= 10)}\\n\")\nEOF\n",
+    "tests/test.sh": "#!/bin/bash\npython3 /tests/score.py\n",
+    "tests/score.py": "import csv, json\ntruth = [0, 0, 1, 1]\ntry:\n"
+                      "    got = [int(r['label']) for r in csv.DictReader(open('/app/predictions.csv'))]\n"
+                      "except OSError:\n    got = []\n"
+                      "acc = sum(a == b for a, b in zip(got, truth)) / len(truth)\n"
+                      "json.dump({'reward': acc, 'accuracy': acc}, open('/logs/verifier/reward.json', 'w'))\n",
+}
+
+
+def test_a_hello_world_harbor_task_runs_in_gymforges_sandbox(tmp_path: Path, sandbox, harbor_models) -> None:
+    folder = write_task(tmp_path / "hello-world", HELLO)
+    harbor_models.TaskConfig.model_validate_toml((folder / "task.toml").read_text())  # a folder Harbor reads
+    assert run_harbor_task(folder, tmp_path / "run", sandbox=sandbox).rewards == {"reward": 1.0}
+    assert run_harbor_task(folder, tmp_path / "nop", sandbox=sandbox, solution=False).rewards == {"reward": 0.0}
+
+
+def test_a_small_ml_harbor_task_with_a_separate_verifier_and_a_gpu(tmp_path: Path, sandbox, harbor_models) -> None:
+    folder = write_task(tmp_path / "tiny-ml", ML)
+    assert harbor_models.TaskConfig.model_validate_toml((folder / "task.toml").read_text()).environment.gpus == 1
+    task = HarborTask.read(folder)
+    assert (task.workdir, task.gpus, task.separate_verifier) == ("/app", 1, True)
+    assert task.copies == [("data/", "/app/data/")] and task.ignored == ["RUN pip install scikit-learn"]
+    cfg = GymforgeConfig()
+    assert sandbox_for_task(cfg, task).gpus  # the backend gets the GPUs the task declares (Harbor's docker refuses)
+    run = run_harbor_task(folder, tmp_path / "run", sandbox=sandbox)
+    assert run.rewards == {"reward": 1.0, "accuracy": 1.0}
+    assert run.ignored == ["RUN pip install scikit-learn"]  # said, never silently dropped
+    assert run_harbor_task(folder, tmp_path / "nop", sandbox=sandbox, solution=False).rewards["reward"] == 0.0
