@@ -162,6 +162,16 @@ def test_export_results_writes_every_verified_task_and_reports_the_refused(tmp_p
     assert (meta["metric"], meta["higher_is_better"], meta["baseline"]) == ("rmse", False, baseline["rmse"])
     again, _ = export_results(results, tmp_path / "out", sandbox=sandbox)
     assert [e.written for e in again] == [False]  # a rerun rewrites nothing
+    # the CLI verb: the same folders, and what it left out with the reason
+    proc = subprocess.run([sys.executable, "-m", "gymforge", "export-harbor", str(tmp_path / "cli"), "--results",
+                           str(results)], capture_output=True, text=True, timeout=300, cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert "csvTiny" in proc.stdout and "written" in proc.stdout and "t0001" in proc.stdout
+    assert (tmp_path / "cli" / "csvTiny" / "tests" / "meta.json").read_bytes() == \
+        (tmp_path / "out" / "csvTiny" / "tests" / "meta.json").read_bytes()
+    proc = subprocess.run([sys.executable, "-m", "gymforge", "harbor-run", str(tmp_path / "cli" / "csvTiny"),
+                           "--work", str(tmp_path / "run")], capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0 and json.loads(proc.stdout)["rewards"]["rmse"] == pytest.approx(baseline["rmse"])
 
 
 # -- in: folders written to Harbor's documented spec ----------------------------------------------------------

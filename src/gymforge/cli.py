@@ -146,6 +146,8 @@ TOOLS: dict[str, str] = {
     "check-task": "gymforge.tools.check_task:main",
     "schemas": "gymforge.tools.schemas:main",
     "preflight": "gymforge.tools.preflight:main",
+    "export-harbor": "gymforge.tools.harbor:export_main",
+    "harbor-run": "gymforge.tools.harbor:run_main",
 }
 
 
@@ -293,6 +295,20 @@ def build_parser() -> argparse.ArgumentParser:
                 "without root, cgroups, CUDA under the sandbox's limits, network only where it should be, the "
                 "ledger's locks; one line per check, exit 1 when one fails")
     p.add_argument("--json", action="store_true")
+
+    p = command("export-harbor", _run_tool, "write every verified environment as a Harbor task folder "
+                "(docs/interop.md); a rerun rewrites nothing that did not change")
+    p.add_argument("out")
+    p.add_argument("--results", default=None, help="results directory (default: results_dir of --config)")
+    p.add_argument("--micro", action="store_true", help="the micro variants (results/micro) instead")
+    p.add_argument("--base-image", default="python:3.11-slim", help="the image environment/ and tests/ build FROM "
+                   "(a public one, or one built locally such as gymforge-sandbox:latest)")
+
+    p = command("harbor-run", _run_tool, "run a Harbor task folder in gymforge's sandbox: solution/solve.sh (or "
+                "nothing, --nop) as the agent, then tests/test.sh; prints the rewards")
+    p.add_argument("folder")
+    p.add_argument("--work", default="harbor-run", help="run directory")
+    p.add_argument("--nop", action="store_true", help="the agent does nothing (the floor)")
 
     p = command("teacher-server", _cmd_teacher_server, "serve the offline teacher as an OpenAI-compatible endpoint", config=False)
     p.add_argument("--host", default="127.0.0.1")
