@@ -236,3 +236,39 @@ def test_a_small_ml_harbor_task_with_a_separate_verifier_and_a_gpu(tmp_path: Pat
     assert run.rewards == {"reward": 1.0, "accuracy": 1.0}
     assert run.ignored == ["RUN pip install scikit-learn"]  # said, never silently dropped
     assert run_harbor_task(folder, tmp_path / "nop", sandbox=sandbox, solution=False).rewards["reward"] == 0.0
+
+
+# -- Harbor's contract with docker: images built from the exported folder --------------------------------------
+
+@pytest.fixture(scope="module")
+def docker_host() -> str:
+    pytest.importorskip("docker", reason="the docker SDK is not installed")
+    script = Path(__file__).resolve().parents[1] / "scripts" / "docker_sandbox.sh"
+    r = subprocess.run(["bash", str(script)], capture_output=True, text=True, timeout=900)
+    if r.returncode != 0:
+        pytest.skip(f"no docker daemon: {r.stderr.strip().splitlines()[-1] if r.stderr.strip() else r.returncode}")
+    return r.stdout.strip().splitlines()[-1].removeprefix("DOCKER_HOST=")
+
+
+@pytest.mark.slow
+def test_docker_round_trip_of_an_exported_task(docker_host: str, sandbox, baseline, tmp_path: Path) -> None:
+    """environment/ built with the project's daemon (FROM the locally built sandbox image), solve.sh run in it as the
+    agent, /app carried to a fresh container of tests/'s image, test.sh run there: the metric is gymforge's baseline
+    score to 1e-6, doing nothing gives the floor, and the agent's image holds no held-out label."""
+    import docker
+
+    from gymforge.interop.harbor import agent_image_tag, docker_trial
+
+    made = export_task(CSV_YAML, tmp_path / "csvTiny", sandbox=sandbox, baseline=baseline, metric="rmse",
+                       higher_is_better=False, base_image="gymforge-sandbox:latest")
+    solved = docker_trial(made.path, base_url=docker_host)
+    assert solved.agent is not None and solved.agent.exit_code == 0, solved.agent
+    assert abs(solved.rewards["rmse"] - baseline["rmse"]) < 1e-6 and solved.rewards["reward"] == 0.5
+    assert docker_trial(made.path, base_url=docker_host, solution=False).rewards == {"reward": 0.0, "valid": 0.0}
+    client = docker.DockerClient(base_url=docker_host)
+    image = client.images.get(agent_image_tag(made.path))  # the image just built from environment/
+    labels = (made.path / "tests" / "answers" / "test_labels.csv").read_text().splitlines()[1:]
+    script = ("find / -xdev -name test_labels.csv -o -xdev -name answers.csv 2>/dev/null; ls -d /tests 2>/dev/null; "
+              "grep -rIl -e '" + "' -e '".join(labels) + "' /app; true")
+    found = client.containers.run(image.id, ["bash", "-c", script], network_mode="none", remove=True)
+    assert found.decode().strip() == "", f"held-out answers in the agent's image: {found.decode()[:500]}"

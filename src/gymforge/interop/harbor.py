@@ -339,3 +339,107 @@ def run_harbor_task(folder: Path, work: Path, *, sandbox: SandboxBackend, limits
 def sandbox_for_task(cfg: GymforgeConfig, task: HarborTask) -> SandboxBackend:
     """The configured backend with the GPUs the task declares."""
     return sandbox_for(cfg, task.gpus)
+
+
+# -- Harbor's contract with docker: images built from the folder, the agent's and the verifier's containers ----------
+
+def _tar(files: dict[str, Path]) -> bytes:
+    """A tar of host files and folders under the given archive names."""
+    import io
+    import tarfile
+
+    buf = io.BytesIO()
+    with tarfile.open(fileobj=buf, mode="w") as tar:
+        for name, path in files.items():
+            tar.add(str(path), arcname=name)
+    return buf.getvalue()
+
+
+def agent_image_tag(folder: Path) -> str:
+    """The tag `docker_trial` gives the agent's image of a task folder (its contents' digest)."""
+    return f"harbor-agent:{_digest(Path(folder))[:12]}"
+
+
+def docker_trial(folder: Path, *, base_url: str | None = None, solution: bool = True, gpus: int | None = None,
+                 memory_mb: int | None = None, timeout_s: float | None = None) -> HarborRun:
+    """Harbor's trial of one task folder with a docker daemon, as Harbor runs it: `environment/` built into the
+    agent's image and `tests/` (when it has a Dockerfile: a separate verifier) into the verifier's, no network; the
+    agent's step (solution/solve.sh copied to /solution, or nothing) in a container of the agent's image; the
+    task's `artifacts` copied out of it into a fresh verifier container, `tests/` uploaded to /tests, `test.sh` run,
+    `/logs/verifier/reward.json` (or reward.txt) read back. `gpus` (default: what task.toml declares) is asked of
+    the daemon as device requests, which Harbor's own docker environment refuses."""
+    import io
+    import tarfile
+
+    import docker
+    from docker import types as docker_types
+
+    task = HarborTask.read(folder)
+    client = docker.DockerClient(base_url=base_url) if base_url else docker.from_env()
+    count = task.gpus if gpus is None else gpus
+    run_kwargs: dict[str, Any] = {"network_mode": "none", "detach": True, "command": ["sleep", "infinity"],
+                                  "working_dir": task.workdir}
+    if memory_mb or task.memory_mb:
+        run_kwargs["mem_limit"] = f"{memory_mb or task.memory_mb}m"
+    if count:
+        run_kwargs["device_requests"] = [docker_types.DeviceRequest(count=count, capabilities=[["gpu"]])]
+    digest = _digest(folder)[:12]
+    agent_image, _ = client.images.build(path=str(folder / "environment"), tag=agent_image_tag(folder),
+                                         network_mode="none", rm=True)
+    separate = task.separate_verifier and (folder / "tests" / "Dockerfile").is_file()
+    verifier_image = agent_image
+    if separate:
+        verifier_image, _ = client.images.build(path=str(folder / "tests"), tag=f"harbor-verifier:{digest}",
+                                                network_mode="none", rm=True)
+    containers = []
+
+    def run(container: Any, argv: list[str]) -> ExecResult:
+        import time
+
+        t0 = time.monotonic()
+        code, output = container.exec_run(argv, workdir=task.workdir)
+        return ExecResult(output=(output or b"").decode(errors="replace"), exit_code=int(code), timed_out=False,
+                          duration_s=time.monotonic() - t0)
+
+    try:
+        agent_box = client.containers.run(agent_image.id, **run_kwargs)
+        containers.append(agent_box)
+        agent = None
+        if solution:
+            agent_box.put_archive("/", _tar({"solution": folder / "solution"}))
+            agent = run(agent_box, ["bash", "/solution/solve.sh"])
+        verifier_box = agent_box
+        if task.separate_verifier:
+            verifier_box = client.containers.run(verifier_image.id, **run_kwargs)
+            containers.append(verifier_box)
+            for path in task.artifacts:  # carried as Harbor's artifact handler does: at their own paths
+                try:
+                    stream, _ = agent_box.get_archive(path)
+                except docker.errors.NotFound:
+                    continue
+                parent = str(Path(path).parent)
+                run(verifier_box, ["mkdir", "-p", parent])
+                verifier_box.put_archive(parent, b"".join(stream))
+        verifier_box.put_archive("/", _tar({"tests": folder / "tests"}))
+        run(verifier_box, ["mkdir", "-p", "/logs/verifier"])
+        verifier = run(verifier_box, ["bash", "/tests/test.sh"])
+        rewards = None
+        for name in ("reward.json", "reward.txt"):
+            try:
+                stream, _ = verifier_box.get_archive(f"/logs/verifier/{name}")
+            except docker.errors.NotFound:
+                continue
+            with tarfile.open(fileobj=io.BytesIO(b"".join(stream))) as tar:
+                member = tar.extractfile(tar.getmembers()[0])
+                text = member.read().decode() if member else ""
+            value = json.loads(text) if name.endswith(".json") else float(text.strip())
+            rewards = ({k: float(v) for k, v in value.items()} if isinstance(value, dict)
+                       else {"reward": float(value)})
+            break
+        return HarborRun(rewards, agent, verifier, [])
+    finally:
+        for box in containers:
+            try:
+                box.remove(force=True)
+            except Exception:  # noqa: BLE001 - best-effort cleanup
+                pass
