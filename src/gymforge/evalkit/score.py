@@ -10,10 +10,11 @@ as MLGym runs it (its directory first on sys.path); otherwise nothing of the wor
 --answers names the held-out answers' directory (GYMFORGE_SECRETS for the script), --channel the one where
 the submission's sandbox listens (for gymforge_eval).
 
---each scores several artefacts in this one sandbox (the evaluator probes of a CSV task): for each file N
-of PROBES_DIR in turn, its bytes are written to ARTEFACT (a writable file, made read-only before the script
-runs) and a forked child runs the script, with OUT_DIR/N/ as its OUT_DIR and its stdout and stderr in
-OUT_DIR/N/output. The children fork from this process after it has imported the script's scientific
+--each scores several artefacts in this one sandbox (a task's evaluator probes): for each file N of
+PROBES_DIR in turn, its bytes are written to ARTEFACT (a writable file, made read-only before the script
+runs; "-": none, a Python task's scorer reads no artefact) and a forked child runs the script, with OUT_DIR/N/
+as its OUT_DIR and its stdout and stderr in OUT_DIR/N/output. With --channel, child N reaches its submission
+through CHANNEL/N (the host starts one submission sandbox per probe). The children fork from this process after it has imported the script's scientific
 libraries (numpy, pandas, scipy, sklearn: the second or so a fresh interpreter spends on them), so a child
 costs what the script itself computes. After each child, everything it left running is killed (this
 process is their subreaper), what it added to the --wipe directories (the sandbox's private /tmp) is removed, and
@@ -104,19 +105,23 @@ def score_each(out_dir: str, args: list[str], probes: str, artefact: str, second
     if ctypes.CDLL(None, use_errno=True).prctl(36, 1, 0, 0, 0) != 0:  # PR_SET_CHILD_SUBREAPER
         return 3  # without it a child's daemons could outlive it: the host scores one artefact at a time instead
     preload(args[0])
+    channel = os.environ.get("GYMFORGE_CHANNEL")
     before = {d: _tree(d) for d in wipe}
     for name in sorted(os.listdir(probes), key=lambda n: (len(n), n)):
         with open(os.path.join(probes, name), "rb") as f:
             data = f.read()
-        os.chmod(artefact, 0o644)
-        with open(artefact, "wb") as f:
-            f.write(data)
-        os.chmod(artefact, 0o444)
+        if artefact != "-":
+            os.chmod(artefact, 0o644)
+            with open(artefact, "wb") as f:
+                f.write(data)
+            os.chmod(artefact, 0o444)
         mine = os.path.join(out_dir, name)
         os.mkdir(mine)
         started = time.monotonic()
         pid = os.fork()
         if pid == 0:
+            if channel is not None:
+                os.environ["GYMFORGE_CHANNEL"] = os.path.join(channel, name)
             _child(mine, args)
         status, timed_out = _wait(pid, started + float(seconds))
         _end_descendants()

@@ -440,16 +440,19 @@ def build_probes(env: TaskEnvironment, *, seed: int, sample: bytes | None = None
 def run_probes(env: TaskEnvironment, probes: Iterable[Probe], *, baseline: float, metric: str,
                higher_is_better: bool, stop_at_first: bool = False) -> list[ProbeOutcome]:
     """Evaluate each probe in `env`'s workspace, as a submission; the workspace is put back after each.
-    A CSV task's probes are scored in one sandbox where the backend allows (`Scoring.evaluate_each`: the same
-    outcomes, without a fresh interpreter per probe). `stop_at_first`: stop at the first gameable probe (one
+    A task's probes share one scorer sandbox where the task and the backend allow (`Scoring.evaluate_each`: the same
+    outcomes, without a fresh scorer per probe). `stop_at_first`: stop at the first gameable probe (one
     suffices to send a draft back for repair)."""
     probes = list(probes)
     ws = _Workspace(env.workspace)
     batched: list[dict[str, float] | Exception | None] = [None] * len(probes)
-    if probes and env.scoring.batches() and all(list(p.files) == [p.shown] for p in probes):
+    if probes and env.scoring.batches():
         started = time.monotonic()
-        batched = env.scoring.evaluate_each([p.files[p.shown] for p in probes])
+        batched = env.scoring.evaluate_each([p.files for p in probes])
         each_s = (time.monotonic() - started) / len(probes)
+        for i, run in enumerate(env.scoring.each_submission_runs):
+            if isinstance(batched[i], Exception) and run is not None and run.exit_code == NOT_APPLICABLE_EXIT:
+                batched[i] = _NotApplicable()
     outcomes = []
     for probe, scored in zip(probes, batched, strict=True):
         outcome = ProbeOutcome(name=probe.name, kind=probe.kind, description=probe.description,

@@ -14,10 +14,11 @@ import hashlib
 import json
 import os
 import re
+import shutil
 import stat
 import threading
 from collections.abc import Sequence
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 from typing import Any
 
 from gymforge.agent.errors import EvaluationFormatError, SubmissionNotFound
@@ -112,6 +113,15 @@ def parse_metrics(output: str) -> dict[str, float]:
     return {k: float(v) for k, v in metrics[0].items()}
 
 
+def _exists(root: Path, rel: str) -> bool:
+    """Whether `rel` is there beneath `root`, never through a link."""
+    try:
+        beneath.lstat(root, rel)
+    except OSError:
+        return False
+    return True
+
+
 def _regular(root: Path, rel: str) -> bool:
     try:
         return stat.S_ISREG(beneath.lstat(root, rel).st_mode)
@@ -140,6 +150,7 @@ class Scoring:
         self.installed = installed
         self.last_evaluation: ExecResult | None = None
         self.last_submission_run: ExecResult | None = None  # the submission's own sandbox in the last evaluation
+        self.each_submission_runs: list[ExecResult | None] = []  # `evaluate_each`'s, one a probe (None: none ran)
         # Post-training models scored in this environment, by the digest of what their sandbox got (`_tree_digest`).
         self.scored: dict[str, tuple[dict[str, float], ExecResult, ExecResult | None]] = {}
 
@@ -243,20 +254,32 @@ class Scoring:
             self.scored[key] = (dict(metrics), result, server)
         return metrics, shown
 
-    def evaluate_each(self, artefacts: Sequence[bytes]) -> list[dict[str, float] | EvaluationFormatError | None]:
-        """Each of `artefacts` scored in turn as the workspace's artefact of a CSV task (the evaluator probes): its
-        metrics, or the error `evaluate` would raise for it, with everything of `evaluate`'s contract but that the
-        scorer's sandbox is one for them all. In it evalkit/score.py --each forks a child per artefact from a
-        process that has imported the evaluator's scientific libraries, after writing the artefact to its path
-        (a one-file bind, read-only to the child), and ends whatever the child left running before the next.
+    def evaluate_each(self, probes: Sequence[dict[str, bytes]]) -> list[dict[str, float] | EvaluationFormatError | None]:
+        """Each of `probes` (the files it writes over the workspace's, by workspace path) scored in turn as the
+        workspace's artefact would be (the evaluator probes): its metrics, or the error `evaluate` would raise for it,
+        with everything of `evaluate`'s contract but that the scorer's sandbox is one for them all. In it
+        evalkit/score.py --each forks a child per probe from a process that has imported the evaluator's scientific
+        libraries (nothing of the task's), after writing the probe's artefact to its path (a one-file bind, read-only
+        to the child), and ends whatever the child left running before the next. A Python or model task's probe
+        runs in a submission sandbox of its own, as in `evaluate`: a snapshot of the workspace with that probe's
+        files, a channel only that child and that sandbox share, started once the previous probe's child has ended
+        (`each_submission_runs` keeps how each sandbox ended).
 
-        None for an artefact this did not score (the task or the sandbox backend cannot batch, a child was
-        ended by a signal, the sandbox stopped early): `evaluate` scores those one by one."""
+        None for a probe this did not score (the task or the sandbox backend cannot batch, a child was ended by a
+        signal, the sandbox stopped early): `evaluate` scores those one by one."""
         it = self.installed
-        if not artefacts or not self.batches():
-            return [None] * len(artefacts)
+        self.each_submission_runs = [None] * len(probes)
+        if not probes or not self.batches():
+            return [None] * len(probes)
         it.require_gpus()
-        artefact = "submission.csv"
+        entrypoint = it.task.task_entrypoint
+        serve = entrypoint != "CSVSubmissionTasks"
+        artefact = "submission.csv" if entrypoint == "CSVSubmissionTasks" else None  # what the scorer reads
+        if entrypoint == "ModelSubmissionTasks":  # its config; a Python task's scorer reads no artefact
+            try:
+                artefact = self.artefact()
+            except SubmissionNotFound:
+                return [None] * len(probes)
         ev = it.run_dir / ".eval"
         remove_path(ev)
         ev.mkdir(mode=0o755)
@@ -264,36 +287,120 @@ class Scoring:
             scorer_ws = ev / "scorer"
             self._snapshot(scorer_ws, [], None)
             self._place_pristine(scorer_ws, everything=True)
-            if not (scorer_ws / artefact).is_file():
+            if artefact and not (scorer_ws / artefact).is_file():
+                (scorer_ws / artefact).parent.mkdir(parents=True, exist_ok=True)
                 (scorer_ws / artefact).write_bytes(b"")  # where the slot is bound
+            base = None
+            if serve:  # the submission's side: the workspace as it is, each probe's files written over a copy
+                base = ev / "base"
+                self._snapshot(base, None, artefact)
             (ev / "each").mkdir()
-            for i, data in enumerate(artefacts):
-                (ev / "each" / str(i)).write_bytes(data)
+            for i, files in enumerate(probes):
+                slot = files.get(artefact) if artefact else b""
+                if slot is None:  # the probe leaves the artefact as the workspace has it
+                    slot = beneath.read_bytes(base if base is not None else it.workspace, artefact, it.limits.disk_mb << 20)
+                (ev / "each" / str(i)).write_bytes(slot)
             (ev / "slot").write_bytes(b"")
             make_readable(ev)
             mounts, flags, hub_env, at = self._scorer_view(ev, scorer_ws)
-            mounts += [Mount(host=ev / "each", target=at["each"]), Mount(host=ev / "slot", target=artefact,
-                                                                        read_only=False)]
+            mounts += [Mount(host=ev / "each", target=at["each"])]
+            if artefact:
+                mounts.append(Mount(host=ev / "slot", target=artefact, read_only=False))
+            thread, ended, unstaged = None, threading.Event(), set()
+            if serve:
+                channels = ev / "channels"
+                channels.mkdir()
+                for i in range(len(probes)):
+                    (channels / str(i)).mkdir()
+                    (channels / str(i)).chmod(0o1777)  # the two sandboxes may run as different users
+                mounts.append(Mount(host=channels, target=at["channel"]))
+                flags += ["--channel", at["channel"]]
+                thread = threading.Thread(target=self._serve_each, args=(ev, base, probes, ended, unstaged),
+                                          daemon=True)
+                thread.start()
             workdir = it.sandbox.workdir(scorer_ws)
             argv = [*it.launcher(True), f"{at['kit']}/score.py", at["out"], *flags,
-                    "--each", at["each"], f"{workdir}/{artefact}", f"{it.timeout:g}", "--wipe", "/tmp", "--wipe",
-                    "/dev/shm", f"{workdir}/{it.task.evaluation_paths[0]}", *self._argv(workdir, artefact)]
-            it.sandbox.run_once(scorer_ws, argv, timeout=it.timeout * len(artefacts) + 60, limits=it.limits,
-                                mounts=mounts, env={**hub_env, "PYTHONSAFEPATH": "1"}, read_only=True)
-            shown = f"{it.workdir}/{artefact}"
-            return [self._each_outcome(ev / "out", str(i), shown) for i in range(len(artefacts))]
+                    "--each", at["each"], f"{workdir}/{artefact}" if artefact else "-", f"{it.timeout:g}", "--wipe",
+                    "/tmp", "--wipe", "/dev/shm", f"{workdir}/{it.task.evaluation_paths[0]}",
+                    *self._argv(workdir, artefact)]
+            try:
+                it.sandbox.run_once(scorer_ws, argv, timeout=it.timeout * len(probes) + 60, limits=it.limits,
+                                    mounts=mounts, env={**hub_env, "PYTHONSAFEPATH": "1"}, read_only=True)
+            finally:
+                ended.set()
+                if thread is not None:
+                    thread.join()
+            shown = f"{it.workdir}/{artefact or self.artefact()}"
+            return [None if i in unstaged else self._each_outcome(ev / "out", str(i), shown, self.each_submission_runs[i])
+                    for i in range(len(probes))]
         finally:
             remove_path(ev)
 
     def batches(self) -> bool:
-        """Whether `evaluate_each` can score several artefacts in one sandbox: a CSV task (its artefact is data,
-        so only the task's evaluator runs in the scorer) on a backend with one-file binds."""
+        """Whether `evaluate_each` can score several probes in one scorer sandbox, on a backend with one-file binds:
+        a CSV task (its artefact is data, so only the task's evaluator runs in the scorer), or a Python or model task
+        whose evaluator reaches the submission through gymforge_eval (`isolated`: the submission's code runs in a
+        sandbox of its own, one per probe). Not under MLGym's way, where the submission runs in the scorer."""
         it = self.installed
         binds = getattr(it.sandbox, "single_file_binds", False)  # a backend written before the flag: one by one
-        return (it.task.task_entrypoint == "CSVSubmissionTasks" and it.post_training is None and binds
-                and it.sandbox.workdir(it.workspace) == WORKDIR)
+        entrypoint = it.task.task_entrypoint
+        kind = entrypoint == "CSVSubmissionTasks" or (
+            entrypoint in ("PythonSubmissionTasks", "ModelSubmissionTasks") and self.isolated)
+        return kind and it.post_training is None and binds and it.sandbox.workdir(it.workspace) == WORKDIR
 
-    def _each_outcome(self, out: Path, name: str, shown: str) -> dict[str, float] | EvaluationFormatError | None:
+    def _serve_each(self, ev: Path, base: Path, probes: Sequence[dict[str, bytes]], ended: threading.Event,
+                    unstaged: set[int]) -> None:
+        """The submission sandboxes of `evaluate_each`, one a probe: probe i's runs on a copy of `base` with its files
+        written over it, reached through channel i, and is told to end (channel i's `done`) once scorer child i has
+        ended (out/i/ended.json) or the scorer has. Probe i+1's starts then, as the scorer's child i+1 does, even if
+        probe i's sandbox has not ended yet (a call that holds the interpreter ends with its sandbox's timeout, as
+        it would alone); `evaluate_each` returns once every one has ended."""
+        it = self.installed
+        running: list[tuple[int, threading.Thread, list[ExecResult], Path]] = []
+        try:
+            for i, files in enumerate(probes):
+                if ended.is_set():
+                    return
+                ws = ev / f"submission-{i}"
+                try:
+                    self._stage(base, ws, files)
+                except (OSError, ValueError):
+                    unstaged.add(i)  # its child finds no submission: `evaluate_each` leaves the probe to `evaluate`
+                    continue
+                channel, sink = ev / "channels" / str(i), []
+                server = threading.Thread(target=self._serve, args=(ev, channel, it.data_mounts(), sink, None, ws,
+                                                                     f"hf-submission-{i}"), daemon=True)
+                server.start()
+                running.append((i, server, sink, ws))
+                while server.is_alive():
+                    if ended.is_set() or _exists(ev / "out", f"{i}/ended.json"):
+                        try:  # only that probe's sandbox reads this channel
+                            beneath.write_bytes(channel, "done", b"", create=True)
+                        except OSError:
+                            pass
+                        break
+                    server.join(0.02)
+        finally:
+            for i, server, sink, ws in running:
+                server.join()
+                self.each_submission_runs[i] = sink[0] if sink else None
+                remove_path(ws)
+
+    @staticmethod
+    def _stage(base: Path, ws: Path, files: dict[str, bytes]) -> None:
+        """`ws`: a copy of the host-made snapshot `base` (regular files and folders only) with `files` written over it."""
+        remove_path(ws)
+        shutil.copytree(base, ws, symlinks=True)
+        for rel, data in files.items():
+            path = PurePosixPath(rel)
+            if path.is_absolute() or ".." in path.parts:
+                raise ValueError(f"a probe's file outside the workspace: {rel}")
+            (ws / rel).parent.mkdir(parents=True, exist_ok=True)
+            (ws / rel).write_bytes(data)
+        make_readable(ws)
+
+    def _each_outcome(self, out: Path, name: str, shown: str,
+                      server: ExecResult | None = None) -> dict[str, float] | EvaluationFormatError | None:
         try:
             ended = json.loads(beneath.read_bytes(out, f"{name}/ended.json", 1 << 16))
             result = ExecResult(output=excerpt(beneath.read_bytes(out, f"{name}/output", 16 << 20).decode(
@@ -305,7 +412,7 @@ class Scoring:
             return None  # a limit's signal: `evaluate` names the limit
         metrics_text, status = _read_out(out / name)
         try:
-            return self._metrics(result, metrics_text, status, None, shown, True)
+            return self._metrics(result, metrics_text, status, server, shown, True)
         except EvaluationFormatError as err:
             return err
 
@@ -410,13 +517,15 @@ class Scoring:
         return mounts, flags, hub_env, at
 
     def _serve(
-        self, ev: Path, channel: Path, data: list[Mount], sink: list[ExecResult], within: Session | None
+        self, ev: Path, channel: Path, data: list[Mount], sink: list[ExecResult], within: Session | None,
+        ws: Path | None = None, hub_home: str = "hf-submission",
     ) -> None:
-        """The submission's sandbox: the agent's files (a read-only snapshot), the data, no answers."""
+        """The submission's sandbox: the agent's files (a read-only snapshot, `ws`: by default `ev`/submission), the
+        data, no answers."""
         it = self.installed
-        ws = ev / "submission"
+        ws = ws or ev / "submission"
         at = self._places(ws)
-        hub, hub_env = it.hub_view(ev / "hf-submission")
+        hub, hub_env = it.hub_view(ev / hub_home)
         mounts = [*data, *hub, Mount(host=EVALKIT, target=at["kit"]),
                   Mount(host=channel, target=at["channel"], read_only=False)]
         argv = ["python", "-I", f"{at['kit']}/serve.py", at["channel"]]
