@@ -51,6 +51,7 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import json
+import re
 import shutil
 import statistics
 import tempfile
@@ -73,6 +74,7 @@ from gymforge.hub.data import quiet_datasets
 from gymforge.student.fetch import prefetched, require_offline_copy
 from gymforge.student.masks import tokenize_turns
 from gymforge.student.tokenizer import build_tokenizer, count_chat_tokens, load_tokenizer
+from gymforge.student.turn_cache import TurnCache
 
 SUCCESS_RULE = "at least one score entry (validate, submit or auto-submission) with a finite numeric metric"
 UNITS = ("conversation", "request")
@@ -196,14 +198,9 @@ def resolve_unit(configured: str, max_length: int, longest_kept: int | None) -> 
 
 
 def _runs(mask: list[int]) -> list[tuple[int, int]]:
-    """The `[start, end)` runs of ones of a mask: one per trained assistant turn."""
-    runs: list[tuple[int, int]] = []
-    for i, bit in enumerate(mask):
-        if bit and (not runs or runs[-1][1] != i):
-            runs.append((i, i + 1))
-        elif bit:
-            runs[-1] = (runs[-1][0], i + 1)
-    return runs
+    """The `[start, end)` runs of ones of a mask: one per trained assistant turn (found by `re` over its bytes: a
+    request's mask is long and holds one run)."""
+    return [m.span() for m in re.finditer(rb"[^\x00]+", bytes(mask))]
 
 
 class UnitCounter:
@@ -299,11 +296,13 @@ def build_sft(cfg: GymforgeConfig, shard_files: Iterable[Path], tokenizer_dir: P
 
 def filter_examples(cfg: GymforgeConfig, candidates: Iterable[Candidate], tokenizer_dir: Path, *, jsonl_out: Path,
                     dataset_out: Path, rollouts_out: Path, stats_out: Path, unit: str | None = None,
-                    excluded: Iterable[str] = ()) -> dict[str, Any]:
+                    excluded: Iterable[str] = (), reuse_turns: bool = True) -> dict[str, Any]:
     """The filters (module docstring) over `candidates`, in order; writes the kept trajectories' examples of the
     example unit (`unit`, else `sft.example_unit`; `auto` resolved once every trajectory is filtered) as JSONL +
     `datasets` on disk, one summary line per candidate and the statistics (counts per reason, per task, per source
-    and per example unit)."""
+    and per example unit). The `request` examples tokenize each turn of a trajectory once
+    (`gymforge.student.turn_cache`); `reuse_turns=False` tokenizes every request whole (the same examples, in
+    O(turns^2) tokens: what the tests compare with)."""
     configured = unit or cfg.sft.example_unit
     if configured not in ("auto", *UNITS):
         raise ValueError(f"example unit {configured!r}: one of auto, {', '.join(UNITS)}")
@@ -314,6 +313,7 @@ def filter_examples(cfg: GymforgeConfig, candidates: Iterable[Candidate], tokeni
     counters = {u: UnitCounter(max_length) for u in UNITS if u == "conversation" or configured != "conversation"}
     kept = Kept(excluded=frozenset(excluded))
     counts = FilterStats()
+    turns_cache = TurnCache(tokenizer, student) if reuse_turns and "request" in counters else None
 
     Path(jsonl_out).parent.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(dir=Path(jsonl_out).parent, prefix=".sft-") as tmp, \
@@ -342,8 +342,12 @@ def filter_examples(cfg: GymforgeConfig, candidates: Iterable[Candidate], tokeni
                     example = Example(id=c.id, messages=messages or [], tokens=tokens or 0, turns=turns,
                                       unit="conversation", **row)
                     written["conversation"].write(example.model_dump_json() + "\n")
+                if turns_cache is not None:  # each turn of the trajectory's requests tokenized once
+                    turns_cache.clear()
+                    turns_cache.agrees(messages or [], enc)
                 for k, chat in enumerate(c.reply_chats() if "request" in counters else []):
-                    enc = tokenize_turns(tokenizer, chat, student, last_only=True)
+                    enc = turns_cache.tokenize_turns(chat, last_only=True) if turns_cache is not None else \
+                        tokenize_turns(tokenizer, chat, student, last_only=True)
                     counters["request"].add(enc["input_ids"], enc["assistant_masks"], keep_end=True)
                     if "request" in written:
                         example = Example(id=f"{c.id}-q{k:03d}", messages=chat, tokens=len(enc["input_ids"]),
