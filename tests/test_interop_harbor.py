@@ -272,3 +272,35 @@ def test_docker_round_trip_of_an_exported_task(docker_host: str, sandbox, baseli
               "grep -rIl -e '" + "' -e '".join(labels) + "' /app; true")
     found = client.containers.run(image.id, ["bash", "-c", script], network_mode="none", remove=True)
     assert found.decode().strip() == "", f"held-out answers in the agent's image: {found.decode()[:500]}"
+
+
+# -- a Harbor task in gymforge's agent loop (`gymforge run-task FOLDER`) ------------------------------------------
+
+def test_the_agent_loop_runs_a_harbor_folder_and_its_verifier_scores_it(tmp_path: Path, sandbox) -> None:
+    from gymforge.agent.trajectory import read_trajectory
+    from gymforge.interop.harbor import run_harbor_episode
+    from gymforge.tools.run_task import ScriptedModel
+
+    folder = write_task(tmp_path / "hello-world", HELLO)
+    replies = ["DISCUSSION\ncheck first\n\n```\nvalidate\n```\n",
+               "DISCUSSION\nmake it\n\n```\ncreate hello.txt\n```\n",
+               "DISCUSSION\nfill it\n\n```\nedit 1:1\nHello, world!\nend_of_edit\n```\n",
+               "DISCUSSION\nthe verifier's score\n\n```\nvalidate\n```\n",
+               "DISCUSSION\ndone\n\n```\nsubmit\n```\n"]
+    traj = read_trajectory(run_harbor_episode(folder, tmp_path / "out", ScriptedModel(replies, "scripted"),
+                                              sandbox=sandbox))
+    assert traj.info.exit_status == "submitted" and traj.info.score == [{"reward": 0.0}, {"reward": 1.0},
+                                                                         {"reward": 1.0}]
+    assert traj.trajectory[0].observation.startswith("Your code produced a valid submission artefact")
+    # the host-side file commands reached /app: the verifier read what `edit` wrote
+    assert "Hello, world!" in traj.trajectory[2].observation
+
+
+def test_run_task_on_an_exported_folder_scores_the_baseline(exported: Path, baseline, tmp_path: Path) -> None:
+    """export -> import into gymforge's agent loop (`run-task FOLDER`, Harbor's oracle policy) -> the same score."""
+    proc = subprocess.run([sys.executable, "-m", "gymforge", "run-task", str(exported), "--out", str(tmp_path / "o")],
+                          capture_output=True, text=True, timeout=300, cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    info = json.loads((tmp_path / "o" / "csvTiny.traj").read_text())["info"]
+    assert info["exit_status"] == "submitted" and abs(info["score"][-1]["rmse"] - baseline["rmse"]) < 1e-6
+    assert info["score"][-1]["reward"] == 0.5 and not info["flags"]

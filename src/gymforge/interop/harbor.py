@@ -41,6 +41,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from gymforge.agent.errors import SubmissionNotFound
+from gymforge.agent.loop import Agent, AgentConfig, AgentTask
 from gymforge.core import atomic
 from gymforge.core.config import GymforgeConfig
 from gymforge.interop import harbor_verifier
@@ -99,6 +101,7 @@ def _digest(folder: Path) -> str:
 
 def _copy_tree(src: Path, dst: Path) -> None:
     """Regular files and folders of `src` (symlinks left out), as plain files gymforge wrote."""
+    dst.mkdir(parents=True, exist_ok=True)
     for path in sorted(src.rglob("*")):
         if path.is_symlink():
             continue
@@ -443,3 +446,86 @@ def docker_trial(folder: Path, *, base_url: str | None = None, solution: bool = 
                 box.remove(force=True)
             except Exception:  # noqa: BLE001 - best-effort cleanup
                 pass
+
+
+# -- a Harbor task as the agent loop's task -------------------------------------------------------------------
+
+def is_harbor_folder(path: Path) -> bool:
+    return Path(path).is_dir() and (Path(path) / "task.toml").is_file()
+
+
+class HarborEnvironment:
+    """A Harbor task installed for one episode of gymforge's agent loop: the agent's shell is a sandbox session on
+    the task's files (shown at the task's workdir), and its evaluator (`validate`, `submit`) runs the task's
+    verifier as `run_harbor_task` does, on a copy of what the agent left; its rewards are the metrics."""
+
+    def __init__(self, folder: Path, run_dir: Path, *, sandbox: SandboxBackend, limits: Limits | None = None,
+                 oracle: bool = False) -> None:
+        self.folder, self.run_dir, self.sandbox = Path(folder).resolve(), Path(run_dir), sandbox
+        self.harbor = HarborTask.read(self.folder)
+        self.limits = limits or Limits()
+        self.oracle = oracle  # the solution is mounted at /solution (Harbor's oracle agent sees it; others never)
+        self.id = self.folder.name
+        self.description = self.harbor.instruction.strip()
+        self.timeout = self.harbor.agent_timeout_s
+        self._agent_root = self.run_dir / "agent"
+        self.app = self._agent_root / self.harbor.workdir.lstrip("/")
+        self.workspace = self.app
+        self.has_secrets = False
+
+    def install(self) -> Path:
+        shutil.rmtree(self.run_dir, ignore_errors=True)
+        self.harbor.materialize(self._agent_root)
+        (self.run_dir / "logs" / "agent").mkdir(parents=True)
+        return self.app
+
+    @property
+    def mounts(self) -> list[Mount]:
+        mounts = [Mount(host=self.app, target=self.harbor.workdir, read_only=False),
+                  Mount(host=self.run_dir / "logs" / "agent", target="/logs/agent", read_only=False)]
+        if self.oracle:
+            mounts.append(Mount(host=self.folder / "solution", target="/solution"))
+        return mounts
+
+    def open_session(self) -> Any:
+        return self.sandbox.open(self.app, limits=self.limits, mounts=self.mounts)
+
+    def evaluate(self) -> tuple[dict[str, float], str]:
+        """The verifier's rewards for the agent's current files; SubmissionNotFound when it wrote none."""
+        check = self.run_dir / "verify"
+        shutil.rmtree(check, ignore_errors=True)
+        root = self.harbor.materialize(check / "root")
+        for path in (self.harbor.artifacts if self.harbor.separate_verifier else [self.harbor.workdir]):
+            src, dst = self._agent_root / path.lstrip("/"), root / path.lstrip("/")
+            if src.is_dir():
+                shutil.rmtree(dst, ignore_errors=True)
+                _copy_tree(src, dst)
+            elif src.is_file():
+                dst.parent.mkdir(parents=True, exist_ok=True)
+                shutil.copyfile(src, dst)
+        app = root / self.harbor.workdir.lstrip("/")
+        logs = check / "logs"
+        logs.mkdir(parents=True)
+        result = self.sandbox.run_once(app, ["bash", "/tests/test.sh"], timeout=self.harbor.verifier_timeout_s,
+                                       limits=self.limits,
+                                       mounts=[Mount(host=app, target=self.harbor.workdir, read_only=False),
+                                               Mount(host=self.folder / "tests", target="/tests"),
+                                               Mount(host=logs, target="/logs/verifier", read_only=False)])
+        rewards = _rewards(logs)
+        shutil.rmtree(check, ignore_errors=True)
+        if rewards is None:
+            raise SubmissionNotFound(f"the task's verifier wrote no reward (exit status {result.exit_code})")
+        return rewards, self.harbor.workdir
+
+
+def run_harbor_episode(folder: Path, out: Path, llm: Any, *, sandbox: SandboxBackend, limits: Limits | None = None,
+                       max_steps: int = 50, seed: int = 0, oracle: bool = False,
+                       meta: dict[str, Any] | None = None) -> Path:
+    """One episode of gymforge's agent loop (audit included) on a Harbor task folder; the `.traj` path."""
+    env = HarborEnvironment(folder, Path(out) / "episode", sandbox=sandbox, limits=limits, oracle=oracle)
+    env.install()
+    task = AgentTask(id=env.id, description=env.description, baseline=None, training_timeout=env.timeout)
+    with env.open_session() as session:
+        Agent(llm, session, env, task, AgentConfig(max_steps=max_steps), seed=seed, mounts=env.mounts,
+              out_dir=Path(out), meta={"harbor_task": str(env.folder), "sandbox": sandbox.name, **(meta or {})}).run()
+    return Path(out) / f"{env.id}.traj"

@@ -42,3 +42,4 @@ def run_main(args) -> None:
 
 
 __all__ = ["DEFAULT_IMAGE", "export_main", "run_main"]
+

@@ -29,6 +29,7 @@ from gymforge.agent.loop import Agent, AgentConfig, AgentTask
 from gymforge.agent.trajectory import read_trajectory
 from gymforge.core.config import GymforgeConfig, config_or_defaults
 from gymforge.core.gpus import gpu_count
+from gymforge.interop.harbor import HarborTask, is_harbor_folder, run_harbor_episode, sandbox_for_task
 from gymforge.tasks.environment import TaskEnvironment
 from gymforge.llm.client import ChatResult, LLMClient, make_client
 from gymforge.tasks.mlgym import load_task_config
@@ -228,7 +229,10 @@ def run_task(
 
 
 def main(args: Any) -> None:
-    """`gymforge run-task TASK_YAML [--root R] [--policy P | --replay FILE] [--out OUT] ...`."""
+    """`gymforge run-task TASK_YAML [--root R] [--policy P | --replay FILE] [--out OUT] ...`; a Harbor task folder
+    instead of TASK_YAML runs through `harbor_main`."""
+    if is_harbor_folder(Path(args.task_yaml)):
+        return harbor_main(args)
     # The teacher and the dataset cache come from the config: --config, else ./config.yaml, else the defaults.
     settings = config_or_defaults(args.config)
     cfg = settings if args.policy == "teacher" else None
@@ -239,6 +243,41 @@ def main(args: Any) -> None:
                     sandbox=args.sandbox, cfg=cfg, seed=args.seed, max_steps=args.max_steps, gpus=args.gpus,
                     dataset_cache=cache, replay=Path(args.replay) if args.replay else None, settings=settings,
                     interface=args.interface)
+    info = read_trajectory(traj).info
+    print(f"{traj}: {info.exit_status}; scores {info.score}")
+    for flag in info.flags:
+        print(f"  flagged at step {flag.step}: {flag.code}: {flag.detail}")
+
+
+ORACLE = [
+    "DISCUSSION\nThe task ships its solution: I run it as Harbor's oracle agent does.\n\n```\nbash /solution/solve.sh\n```\n",
+    "DISCUSSION\nThe solution has run, so I submit.\n\n```\nsubmit\n```\n",
+]
+
+
+def harbor_main(args: Any) -> None:
+    """`gymforge run-task FOLDER` for a Harbor task folder (docs/interop.md): one episode of the agent loop on it,
+    scored by its verifier. `--policy submit-baseline` is Harbor's oracle (the task's solve.sh, mounted at
+    /solution for this policy only), `teacher` the configured teacher, `--replay FILE` the replies in FILE."""
+    settings = config_or_defaults(args.config)
+    folder = Path(args.task_yaml)
+    task = HarborTask.read(folder)
+    cfg = settings.model_copy(update={"sandbox": settings.sandbox.model_copy(update={"backend": args.sandbox})})
+    owned = None
+    oracle = args.policy == "submit-baseline" and not args.replay
+    if args.replay:
+        llm: Any = ReplayModel(replay_replies(Path(args.replay)), model=f"replay:{Path(args.replay).name}")
+    elif oracle:
+        llm = ScriptedModel(ORACLE, model="harbor-oracle")
+    else:
+        llm = owned = make_client(settings, "run-task")
+    try:
+        traj = run_harbor_episode(folder, Path(args.out), llm, sandbox=sandbox_for_task(cfg, task),
+                                  limits=Limits.from_config(cfg.sandbox), max_steps=args.max_steps, seed=args.seed,
+                                  oracle=oracle, meta={"policy": "replay" if args.replay else args.policy})
+    finally:
+        if owned is not None:
+            owned.close()
     info = read_trajectory(traj).info
     print(f"{traj}: {info.exit_status}; scores {info.score}")
     for flag in info.flags:
