@@ -11,6 +11,11 @@
 #   GYMFORGE_E2E_DIR     scratch working directory (default: a new /tmp/gymforge-slurm-e2e.XXXXXX; removed on
 #                        success unless GYMFORGE_E2E_KEEP=1)
 #   GYMFORGE_E2E_TIMEOUT seconds for the Snakemake run (default 900)
+#   GYMFORGE_E2E_CONFIG  a config file under configs/ to run instead of the tiny offline one (configs/ is copied
+#                        too, for its `base:`); scripts/rehearsal.sh runs configs/rehearsal.yaml this way
+#   GYMFORGE_E2E_GPU_RULES rules whose jobs must ask SLURM for a GPU, space-separated (default, the tiny config's:
+#                        "rollout_shard verify_environment"); every other job must not, except eval_runs of a
+#                        served model, which asks for one when evaluate.serving.gpus does
 #   GYMFORGE_SLURM_KEEP  1: leave the cluster running afterwards. By default the cluster is stopped again
 #                        if this script started it, and left alone if it was already running.
 #   GYMFORGE_SLURM_DIR   the cluster's scratch directory (see slurm_cluster.sh)
@@ -69,6 +74,12 @@ cp "$REPO/Snakefile" "$REPO/config.yaml" "$WORK/"
 cp -r "$REPO/rules" "$WORK/rules"
 mkdir -p "$WORK/profiles"
 cp -r "$REPO/profiles/slurm" "$WORK/profiles/slurm"    # only this profile: no workflow profile applies
+CONFIGFILE=e2e-config.yaml
+if [ -n "${GYMFORGE_E2E_CONFIG:-}" ]; then
+    rm -rf "$WORK/configs"
+    cp -r "$REPO/configs" "$WORK/configs"
+    CONFIGFILE="configs/$(basename "$GYMFORGE_E2E_CONFIG")"
+else
 cat >"$WORK/e2e-config.yaml" <<'EOF'
 # 2 topic slots, 2 rollouts per verified task in shards of 1: a handful of jobs of every kind. Each shard,
 # and each verification (it runs the task as its rollouts will), declares a GPU: the test cluster's fake GPUs take it through the GPU path (partition `gpu`, --gpus=1,
@@ -77,6 +88,7 @@ base: config.yaml
 topics: {n: 2, batch_size: 2}
 trajectories: {per_task: 2, shard_size: 1, concurrency: 1, gpus: 1}
 EOF
+fi
 
 export HF_HUB_OFFLINE=1 HF_DATASETS_OFFLINE=1
 LOG="$WORK/snakemake.log"
@@ -88,7 +100,7 @@ set +e
     # --workflow-profile none: Snakemake would otherwise also apply profiles/default (cores: 2, latency-wait: 5)
     # on top of profiles/slurm. The two status flags only make this tiny run faster to notice finished jobs.
     timeout -k 30 "$TIMEOUT" "$PY" -m snakemake --profile profiles/slurm --workflow-profile none \
-        --configfile e2e-config.yaml --slurm-init-seconds-before-status-checks 2 \
+        --configfile "$CONFIGFILE" --slurm-init-seconds-before-status-checks 2 \
         --max-status-checks-per-second 10 -- "$TARGET"
 ) >"$LOG" 2>&1
 smk_rc=$?
@@ -97,11 +109,16 @@ run_seconds=$((SECONDS - run_started))
 
 # --- checks ------------------------------------------------------------------------------------------------
 set +e
-"$PY" - "$WORK" "$TARGET" "$smk_rc" "$run_seconds" "$cluster_seconds" <<'PYEOF'
+GPU_RULES="${GYMFORGE_E2E_GPU_RULES:-rollout_shard verify_environment}"
+(cd "$WORK" && "$PY" - "$WORK" "$TARGET" "$smk_rc" "$run_seconds" "$cluster_seconds" "$CONFIGFILE" "$GPU_RULES") <<'PYEOF'
 import json, re, subprocess, sys
 from pathlib import Path
 
+from gymforge.core.config import load_config
+
 work, target, smk_rc, run_s, cluster_s = Path(sys.argv[1]), sys.argv[2], int(sys.argv[3]), int(sys.argv[4]), int(sys.argv[5])
+cfg = load_config(work / sys.argv[6])
+gpu_rules = {f"rule_{r}" for r in sys.argv[7].split()}
 log = (work / "snakemake.log").read_text(errors="replace")
 problems = []
 if smk_rc != 0:
@@ -116,6 +133,21 @@ for ids, jobid, lo, hi in re.findall(r"Submitted array job with Snakemake IDs ([
 slurm_ids = {str(j) for j in singles.values()} | {str(a["slurm_jobid"]) for a in arrays}
 run_id = re.search(r"SLURM run ID: (\S+)", log)
 
+def minutes(limit):
+    """squeue's time limit ([D-]HH:MM:SS or MM:SS) in minutes."""
+    days, _, clock = limit.rpartition("-")
+    parts = [int(x) for x in clock.split(":")] if clock and clock[0].isdigit() else [0]
+    while len(parts) < 3:
+        parts.insert(0, 0)
+    return int(days or 0) * 1440 + parts[0] * 60 + parts[1] + (parts[2] > 0)
+
+
+# A CPU job longer than the CPU partition allows goes to the GPU partition (the plugin picks the only one it fits).
+import yaml  # noqa: E402
+
+cpu_limit = (yaml.safe_load((work / "profiles/slurm/partitions.yaml").read_text())["partitions"]["debug"]
+             .get("max_runtime", float("inf")))
+
 # Rules with a shell command must run as SLURM jobs, never as local jobs of the Snakemake process.
 # (a checkpoint, such as `proposal`, is logged as `checkpoint <name>:`)
 local = set(re.findall(r"^local(?:rule|checkpoint) (\w+):", log, re.M))
@@ -126,6 +158,9 @@ if local - aggregation:
 expected_remote = {"topic_batch", "proposal", "task_configs", "starter_code", "verify_environment"}
 if target in ("trajectories", "all"):
     expected_remote |= {"rollout_shard", "student_tokenizer", "sft_dataset", "sft_plots"}
+if target == "all":
+    expected_remote |= {"decontamination", "student_base", "train_student", "check_benchmark_task", "eval_runs",
+                        "score_table", "run_summary"}
 if smk_rc == 0 and not expected_remote <= remote:
     problems.append(f"rules never submitted: {sorted(expected_remote - remote)}")
 if not slurm_ids:
@@ -134,12 +169,13 @@ if not slurm_ids:
 # The controller still knows every job (MinJobAge=3600 s): all must be COMPLETED.
 states, jobs = {}, {}
 if run_id:
-    out = subprocess.run(["squeue", "--states=all", "--noheader", "--format=%i|%T|%P|%b|%k", "--name", run_id.group(1)],
+    out = subprocess.run(["squeue", "--states=all", "--noheader", "--format=%i|%T|%P|%b|%k|%l", "--name", run_id.group(1)],
                          capture_output=True, text=True)
     for line in out.stdout.splitlines():
-        jobid, state, partition, gres, comment = (line.split("|") + [""] * 5)[:5]
+        jobid, state, partition, gres, comment, limit = (line.split("|") + [""] * 6)[:6]
         states[jobid] = state
-        jobs[jobid] = {"state": state, "partition": partition, "gres": gres, "rule": comment.split("_wildcards_")[0]}
+        jobs[jobid] = {"state": state, "partition": partition, "gres": gres, "rule": comment.split("_wildcards_")[0],
+                       "comment": comment, "minutes": minutes(limit)}
     if out.returncode != 0:
         problems.append(f"squeue failed: {out.stderr.strip()}")
     # `--gpus=N` shows up as the job's TRES per job (gres:gpu:N), not in %b.
@@ -151,16 +187,19 @@ if run_id:
             jobs[parts[0]]["gres"] = parts[1]
 else:
     problems.append("no 'SLURM run ID' in the Snakemake log")
-# GPU jobs (rollout shards and verifications declare trajectories.gpus=1) went to the GPU partition with a GPU
-# request, others did not.
+# GPU jobs (the tiny config: rollout shards and verifications declare trajectories.gpus=1) went to the GPU partition
+# with a GPU request, others did not. A served model's evaluation asks for evaluate.serving.gpus.
+served = {m.name for m in cfg.evaluate.models if m.source not in ("teacher", "endpoint")}
 for jobid, job in jobs.items():
-    wants_gpu = job["rule"] in ("rule_rollout_shard", "rule_verify_environment")
+    wants_gpu = job["rule"] in gpu_rules
+    if job["rule"] == "rule_eval_runs" and cfg.evaluate.serving.gpus:
+        wants_gpu = any(f"_{name}_" in job["comment"] for name in served)
     if wants_gpu and (job["partition"] != "gpu" or "gpu" not in job["gres"]):
         problems.append(f"GPU job {jobid} ({job['rule']}) ran in partition {job['partition']!r} with gres {job['gres']!r}")
-    if not wants_gpu and (job["partition"] != "debug" or "gpu" in job["gres"]):
+    if not wants_gpu and ("gpu" in job["gres"] or job["partition"] != ("debug" if job["minutes"] <= cpu_limit else "gpu")):
         problems.append(f"CPU job {jobid} ({job['rule']}) ran in partition {job['partition']!r} with gres {job['gres']!r}")
 # Rules wrapped in `gymforge with-gpus` log the devices they got: inside SLURM they are passed through.
-leases = [line.strip() for p in sorted((work / "results" / "logs").rglob("*.log"))
+leases = [line.strip() for p in sorted((work / cfg.results_dir / "logs").rglob("*.log"))
           for line in p.read_text(errors="replace").splitlines() if line.startswith("gymforge with-gpus:")]
 odd = [line for line in leases if "passed through" not in line and "no GPU requested" not in line]
 if odd:
@@ -179,8 +218,9 @@ slurm_logs = sorted(str(p.relative_to(work)) for p in (work / ".snakemake" / "sl
 if not slurm_logs:
     problems.append("no SLURM log files under .snakemake/slurm_logs")
 
-results = work / "results"
-outputs = {"environments": [results / "environments"], "trajectories": [results / "sft" / "stats.json"]}
+results = work / cfg.results_dir
+outputs = {"environments": [results / "environments"], "trajectories": [results / "sft" / "stats.json"],
+           "all": [results / "sft" / "stats.json", results / "scores" / "aup.csv"]}
 for path in outputs.get(target, []):
     if smk_rc == 0 and not path.exists():
         problems.append(f"missing output {path}")
