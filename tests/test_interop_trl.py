@@ -147,3 +147,21 @@ def test_grpo_trainer_steps_on_a_gymforge_task_and_records_gymforges_rewards(tmp
     for e in acted:  # the submission the baseline wrote is scored by the task's own evaluation
         assert e.trajectory.info.score[-1] == baseline
     assert any(h.get("grad_norm", 0) > 0 for h in steps)
+
+
+def test_task_rows_rank_by_what_verification_probed_not_the_proposals_words(tmp_path: Path) -> None:
+    """A proposal whose metric drifted ("mae (lower is better)") for an evaluation that prints r2: the row (and the
+    RL stage, which reads tasks the same way) ranks by verification's metric and direction, r2 higher."""
+    import shutil
+
+    from gymforge.core.records import VerificationReport
+
+    results = tmp_path / "results"
+    shutil.copytree(ROOT, results / "environments" / "t0000" / "verified" / "mlgym")
+    (results / "environments" / "t0000" / "report.json").write_text(VerificationReport(
+        item="t0000", status="ok", task_id="csvTiny", baseline_scores=[{"r2": 0.87}], metric="r2",
+        higher_is_better=True).model_dump_json())
+    (results / "proposals").mkdir()
+    (results / "proposals" / "t0000.json").write_text(json.dumps({"proposal": {"metric": "mae (lower is better)"}}))
+    row = task_rows(results)[0]
+    assert (row["metric"], row["higher_is_better"], json.loads(row["baseline"])) == ("r2", True, {"r2": 0.87})

@@ -61,6 +61,10 @@ def load_task(slot: str, report_file: Path, env_dir: Path, proposal_file: Path |
     if name not in baseline and baseline:
         name = next(iter(baseline))  # the evaluation's own key (the proposal's text may name it loosely)
         higher = metric_direction(f"{name} {metric_text[len(name):]}")[1] if metric_text else metric_direction(name)[1]
+    # What verification's evaluator probes ranked by wins over the proposal's words: a drifted proposal may name
+    # another metric with its direction ("mae (lower is better)" for an evaluation that prints r2).
+    if report.metric and report.higher_is_better is not None and (report.metric in baseline or not baseline):
+        name, higher = report.metric, report.higher_is_better
     value = baseline.get(name)
     return RLTask(slot=slot, task_id=report.task_id or task_yaml.stem, tree=tree, task_yaml=task_yaml,
                   metric=TaskMetric(metric=name, higher_is_better=higher,
