@@ -226,6 +226,8 @@ def test_micro_task_is_verified_with_its_own_baseline(tmp_path, rule_reads):
                         tmp_path / "micro" / "report.json", tmp_path / "micro" / "verified")
     assert report.status == "ok", report.reason
     assert report.hidden_columns == built.hidden_columns == {"test": ["digit"]}
+    # what ranks its scores is the verified task's (the RL stage reads it, never the proposal's words)
+    assert (report.metric, report.higher_is_better) == (next(iter(it.baseline_scores)), True)
     # the cut task's evaluator is probed again: every probe rejected or no better than the micro baseline
     probes = report.iterations[0].probes
     assert len(probes) >= 20 and not any(p.gameable for p in probes) and "probes" in report.iterations[0].timings_s

@@ -63,13 +63,9 @@ def load_task(slot: str, report_file: Path, env_dir: Path, proposal_file: Path |
         higher = metric_direction(f"{name} {metric_text[len(name):]}")[1] if metric_text else metric_direction(name)[1]
     # What verification's evaluator probes ranked by wins over the proposal's words: a drifted proposal may name
     # another metric with its direction ("mae (lower is better)" for an evaluation that prints r2). A micro
-    # variant's report does not record it: its verified task's report (results/environments/<slot>) does.
-    ranked = report
-    verified = Path(report_file).parents[2] / "environments" / slot / "report.json"
-    if ranked.metric is None and verified.is_file() and verified.resolve() != Path(report_file).resolve():
-        ranked = VerificationReport.model_validate_json(verified.read_text())
-    if ranked.metric and ranked.higher_is_better is not None and (ranked.metric in baseline or not baseline):
-        name, higher = ranked.metric, ranked.higher_is_better
+    # variant's report carries its verified task's (stages.micro).
+    if report.metric and report.higher_is_better is not None and (report.metric in baseline or not baseline):
+        name, higher = report.metric, report.higher_is_better
     value = baseline.get(name)
     return RLTask(slot=slot, task_id=report.task_id or task_yaml.stem, tree=tree, task_yaml=task_yaml,
                   metric=TaskMetric(metric=name, higher_is_better=higher,

@@ -352,7 +352,8 @@ def micro_task(cfg: GymforgeConfig, slot: str, report: Path, env: Path, report_o
 
 def _micro(cfg: GymforgeConfig, slot: str, full: VerificationReport, env_in: Path, out: Path) -> MicroReport:
     report = MicroReport(item=slot, status="ok", task_id=full.task_id, entrypoint=full.entrypoint,
-                         hidden_columns=full.hidden_columns)
+                         hidden_columns=full.hidden_columns, metric=full.metric,
+                         higher_is_better=full.higher_is_better)  # what ranks its scores (the RL stage reads it)
     with tempfile.TemporaryDirectory(dir=out.parent, prefix=f".{slot}-micro-") as scratch:
         scratch = Path(scratch)
         tree = scratch / "mlgym"
