@@ -1,5 +1,6 @@
 """CPU-seconds and wall time of `gymforge check-task`, with the evaluator probes batched (a task's probes share one
-scorer sandbox where the backend and the task allow) and, in the same run, one sandbox per probe (`--compare`).
+scorer sandbox where the backend and the task allow) and, in the same run (`--compare`), with only a CSV task's probes
+batched (as before Python and model tasks batched) and with one sandbox per probe.
 
     python bench/check_task_time.py [--results results] [--limit N] [--compare] [--rounds R]
 
@@ -10,7 +11,7 @@ its baseline run and every probe evaluated, exactly as the command does, in a fo
 the subreaper of everything it starts: a bubblewrap sandbox's init, which outlives the bwrap that started it and
 would be reaped by the machine's init, is reaped by that process, so its CPU counts (`getrusage`, the process and
 every descendant it reaped). One line per task and mode; then the total CPU-seconds per mode and, with `--compare`,
-the ratio batched / one-by-one. The modes alternate task by task, so a busy machine weighs on both alike.
+the ratios of batched to one by one and to CSV only. The modes alternate task by task, so a busy machine weighs on both alike.
 """
 
 from __future__ import annotations
@@ -28,7 +29,7 @@ from pathlib import Path
 from gymforge.tasks.scoring import Scoring
 from gymforge.tools.check_task import check_task
 
-MODES = ("batched", "one_by_one")
+MODES = ("batched", "csv_only", "one_by_one")  # csv_only: only a CSV task's probes share a sandbox (as until #42)
 
 
 def _reap_all() -> None:
@@ -53,6 +54,9 @@ def measure(task_yaml: Path, root: Path, mode: str, extra: dict) -> dict:
             ctypes.CDLL(None, use_errno=True).prctl(36, 1, 0, 0, 0)  # PR_SET_CHILD_SUBREAPER
             if mode == "one_by_one":
                 Scoring.batches = lambda self: False  # what every probe got before probes shared a sandbox
+            elif mode == "csv_only":
+                batches = Scoring.batches
+                Scoring.batches = lambda self: batches(self) and self.installed.task.task_entrypoint == "CSVSubmissionTasks"
             before = [resource.getrusage(w) for w in (resource.RUSAGE_SELF, resource.RUSAGE_CHILDREN)]
             started = time.monotonic()
             with tempfile.TemporaryDirectory(prefix="check-task-bench-") as scratch:
@@ -130,7 +134,8 @@ def main() -> None:
     line = ", ".join(f"{m} {totals[m]:.1f} CPU-s ({totals[m] / len(todo):.2f} per check)" for m in modes)
     print(f"{len(todo)} tasks, {args.rounds} round(s): {line}")
     if args.compare:
-        print(f"ratio batched / one by one: {totals['batched'] / totals['one_by_one']:.3f}")
+        print(f"ratio batched / one by one: {totals['batched'] / totals['one_by_one']:.3f}; batched / CSV only: "
+              f"{totals['batched'] / totals['csv_only']:.3f}")
     sys.stdout.flush()
 
 
