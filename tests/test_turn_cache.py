@@ -19,7 +19,7 @@ from gymforge.core.prompts import templates_dir
 from gymforge.core.records import AgentInfo, Trajectory, TrajectoryStep
 from gymforge.stages.sft import filter_examples
 from gymforge.student.masks import tokenize_turns
-from gymforge.student.tokenizer import build_tokenizer, load_tokenizer
+from gymforge.student.tokenizer import build_tokenizer, chat_token_ids, load_tokenizer
 from gymforge.student.turn_cache import TurnCache, find_anchor
 
 
@@ -68,7 +68,8 @@ def _same_as_whole(tokenizer: Any, chats: list[list[dict[str, str]]], conversati
     """Every chat through one TurnCache equals `tokenize_turns` of it whole; returns how many tokens were trained."""
     cache = TurnCache(tokenizer)
     assert cache.active, cache.reason
-    assert cache.agrees(conversation, tokenize_turns(tokenizer, conversation))
+    assert cache.conversation(conversation, chat_token_ids(tokenizer, conversation)) == \
+        tokenize_turns(tokenizer, conversation)
     trained = 0
     for chat in chats:
         got = cache.tokenize_turns(chat, last_only=True)
@@ -96,10 +97,8 @@ def test_a_disagreement_turns_the_cache_off_and_every_chat_is_tokenized_whole(of
     tokenizer = load_tokenizer(offline_dir)
     chats = reply_chats(agent_trajectory(4))
     cache = TurnCache(tokenizer)
-    whole = tokenize_turns(tokenizer, chats[-1])
-    wrong = {"input_ids": whole["input_ids"][:-1] + [whole["input_ids"][-1] + 1],
-             "assistant_masks": whole["assistant_masks"]}
-    assert not cache.agrees(chats[-1], wrong)
+    ids = chat_token_ids(tokenizer, chats[-1])
+    assert cache.conversation(chats[-1], ids[:-1] + [ids[-1] + 1]) == tokenize_turns(tokenizer, chats[-1])
     assert not cache.active and "differ" in cache.reason
     assert [cache.tokenize_turns(c, last_only=True) for c in chats] == \
         [tokenize_turns(tokenizer, c, last_only=True) for c in chats]

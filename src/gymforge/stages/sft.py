@@ -14,8 +14,9 @@ The filters (below) decide per trajectory; each kept trajectory then becomes exa
   replies of a longer trajectory are lost.
 - `request`: one example per accepted teacher reply, the exact request the loop sent for it (`requests_of`,
   shared with RL: elided observations and the format re-ask included) followed by that reply; only that
-  final assistant turn is trained (`Example.unit`, `gymforge.student.masks`: `last_only`). O(turns^2) tokens;
-  an example longer than `train.max_length` loses the start of its request, never the reply (unless the
+  final assistant turn is trained (`Example.unit`, `gymforge.student.masks`: `last_only`). O(turns^2) tokens
+  in the examples, though building them tokenizes each distinct turn of a trajectory once
+  (`gymforge.student.turn_cache`, the same ids and masks as each request tokenized whole); an example longer than `train.max_length` loses the start of its request, never the reply (unless the
   reply alone is longer), as an RL sample does.
 - `auto` (the default): `request` when `train.max_length` is shorter than the longest kept trajectory (in
   student tokens), else `conversation`: with a context that holds every kept trajectory nothing is cut and
@@ -24,7 +25,7 @@ The filters (below) decide per trajectory; each kept trajectory then becomes exa
 `sft/stats.json` records the resolved unit (`example_unit`) and counts, per unit, the examples, the tokens
 one epoch feeds, the trained tokens and the replies trained whole (`units`): both units under `auto` and
 `request`, so the cost of either choice is visible; only `conversation` when it is asked for (counting the
-requests costs O(turns^2) tokens of tokenization). `gymforge.agent.trajectory` builds the examples (`sft_messages`, `reply_chats`) and
+requests renders every request and writes nothing). `gymforge.agent.trajectory` builds the examples (`sft_messages`, `reply_chats`) and
 rebuilds every request a trajectory sent (`requests_of`, which the tests compare with the endpoint's log);
 `gymforge.agent.sources` reads the candidates.
 
@@ -73,7 +74,7 @@ from gymforge.core.records import Example, Trajectory
 from gymforge.hub.data import quiet_datasets
 from gymforge.student.fetch import prefetched, require_offline_copy
 from gymforge.student.masks import tokenize_turns
-from gymforge.student.tokenizer import build_tokenizer, count_chat_tokens, load_tokenizer
+from gymforge.student.tokenizer import build_tokenizer, chat_token_ids, load_tokenizer
 from gymforge.student.turn_cache import TurnCache
 
 SUCCESS_RULE = "at least one score entry (validate, submit or auto-submission) with a finite numeric metric"
@@ -309,7 +310,7 @@ def filter_examples(cfg: GymforgeConfig, candidates: Iterable[Candidate], tokeni
     max_length = cfg.train.max_length
     tokenizer = load_tokenizer(tokenizer_dir)
     student = repr(cfg.train.student)
-    # the request unit costs O(turns^2) tokens to count: skipped when `conversation` is asked for explicitly
+    # the request unit renders O(turns^2) text to count: skipped when `conversation` is asked for explicitly
     counters = {u: UnitCounter(max_length) for u in UNITS if u == "conversation" or configured != "conversation"}
     kept = Kept(excluded=frozenset(excluded))
     counts = FilterStats()
@@ -327,7 +328,8 @@ def filter_examples(cfg: GymforgeConfig, candidates: Iterable[Candidate], tokeni
             origin = str(c.source.get("origin", "rollouts"))
             messages = c.messages
             turns = sum(m["role"] == "assistant" for m in messages or [])
-            tokens = count_chat_tokens(tokenizer, messages) if messages else None
+            ids = chat_token_ids(tokenizer, messages) if messages else None
+            tokens = len(ids) if ids is not None else None
             reason = reject_reason(c, tokens, kept, cfg.filter)
             counts.add(c, origin, tokens, turns, reason)
             score = last_score(c.scores, c.metric)
@@ -336,15 +338,16 @@ def filter_examples(cfg: GymforgeConfig, candidates: Iterable[Candidate], tokeni
                 row = dict(slot=c.slot, task=c.task, rollout=c.rollout, seed=c.seed, teacher=c.teacher,
                            exit_status=c.exit_status, metric=c.metric, score=score, scores=json.dumps(c.scores),
                            source=json.dumps(c.source, sort_keys=True))
-                enc = tokenize_turns(tokenizer, messages or [], student)
+                if turns_cache is None:
+                    enc = tokenize_turns(tokenizer, messages or [], student)
+                else:  # its turns, tokenized once for the conversation and its requests, checked against `ids`
+                    turns_cache.clear()
+                    enc = turns_cache.conversation(messages or [], ids or [])
                 counters["conversation"].add(enc["input_ids"], enc["assistant_masks"], keep_end=False)
                 if "conversation" in written:
                     example = Example(id=c.id, messages=messages or [], tokens=tokens or 0, turns=turns,
                                       unit="conversation", **row)
                     written["conversation"].write(example.model_dump_json() + "\n")
-                if turns_cache is not None:  # each turn of the trajectory's requests tokenized once
-                    turns_cache.clear()
-                    turns_cache.agrees(messages or [], enc)
                 for k, chat in enumerate(c.reply_chats() if "request" in counters else []):
                     enc = turns_cache.tokenize_turns(chat, last_only=True) if turns_cache is not None else \
                         tokenize_turns(tokenizer, chat, student, last_only=True)

@@ -158,9 +158,14 @@ def load_tokenizer(path: Path) -> Any:
     return AutoTokenizer.from_pretrained(str(path))
 
 
-def count_chat_tokens(tokenizer: Any, messages: list[dict[str, str]]) -> int:
-    """Tokens of a conversation as training sees it: the chat template applied, no generation prompt."""
+def chat_token_ids(tokenizer: Any, messages: list[dict[str, str]]) -> list[int]:
+    """The ids of a conversation as training sees it: the chat template applied, no generation prompt."""
     ids = tokenizer.apply_chat_template(messages, tokenize=True, add_generation_prompt=False, return_dict=False)
     if isinstance(ids, dict) or hasattr(ids, "keys"):
         ids = ids["input_ids"]
-    return len(ids)
+    return list(ids)
+
+
+def count_chat_tokens(tokenizer: Any, messages: list[dict[str, str]]) -> int:
+    """Tokens of a conversation as training sees it: the chat template applied, no generation prompt."""
+    return len(chat_token_ids(tokenizer, messages))

@@ -21,8 +21,9 @@ pre-tokenizer and model run on each part alone): a cut where the tokenizer cuts 
 for a tokenizer whose anchor strips no whitespace before it (`lstrip`), needs no word boundary (`single_word`), is
 matched before normalization, that no other added token overlaps across a cut, and whose pre-tokenizer does not
 treat the text's first part differently (a Metaspace `prepend_scheme: first`). `TurnCache` checks these once, then
-checks each trajectory's conversation (tokenized whole by the `conversation` count anyway, `agrees`) against the
-pieces: on any failure it tokenizes every chat whole from then on (`reason` says why), as before.
+checks the ids of each trajectory's conversation (tokenized whole by the filters' length count anyway) against its
+pieces (`conversation`): on any difference it tokenizes every chat whole from then on (`reason` says why), as
+before.
 """
 
 from __future__ import annotations
@@ -53,9 +54,7 @@ class _Piece:
         self.starts = [s for s, _e in offsets]
         # `tokenize_with_assistant_mask` counts an empty token as one character wide; transformers' marker mask not
         self.reach = [max(e, s + 1) for s, e in offsets] if widen else [e for _s, e in offsets]
-        ordered = all(a <= b for a, b in zip(self.starts, self.starts[1:], strict=False)) and \
-            all(a <= b for a, b in zip(self.reach, self.reach[1:], strict=False))
-        if not ordered or (self.starts and (self.starts[0] < 0 or self.starts[-1] > length)):
+        if self.starts != sorted(self.starts) or self.reach != sorted(self.reach) or (self.starts and (self.starts[0] < 0 or self.starts[-1] > length)):
             raise _Irregular
 
 
@@ -102,8 +101,8 @@ def find_anchor(tokenizer: Any) -> tuple[str | None, str]:
 
 class TurnCache:
     """`tokenize_turns` for many chats of one trajectory, each distinct piece of their renderings tokenized once
-    (module docstring). `clear()` between trajectories; `agrees(messages, whole)` checks the pieces against a
-    conversation tokenized whole and falls back to whole tokenization for good when they differ."""
+    (module docstring). `clear()` between trajectories; `conversation(messages, whole_ids)` checks the pieces against
+    a conversation tokenized whole and falls back to whole tokenization for good when they differ."""
 
     def __init__(self, tokenizer: Any, name: str = "the student") -> None:
         self.tokenizer = tokenizer
@@ -135,15 +134,15 @@ class TurnCache:
                 self._fall_back("a piece's token offsets are out of order")
         return tokenize_turns(self.tokenizer, messages, self.name, last_only=last_only)
 
-    def agrees(self, messages: Sequence[dict[str, Any]], whole: dict[str, list[int]]) -> bool:
-        """Whether the pieces give `whole` (`tokenize_turns` of `messages`, every turn); if not, from now on every
-        chat is tokenized whole."""
-        if self.anchor is None:
-            return False
-        if self.tokenize_turns(messages) != {"input_ids": list(whole["input_ids"]),
-                                              "assistant_masks": list(whole["assistant_masks"])}:
+    def conversation(self, messages: Sequence[dict[str, Any]], whole_ids: Sequence[int]) -> dict[str, list[int]]:
+        """`tokenize_turns` of a trajectory's conversation (every turn), its pieces checked against `whole_ids`, the
+        conversation tokenized whole (`chat_token_ids`): when they differ, this and every later chat is tokenized
+        whole."""
+        enc = self.tokenize_turns(messages)
+        if self.anchor is not None and enc["input_ids"] != list(whole_ids):
             self._fall_back("the pieces' tokens differ from the conversation's, tokenized whole")
-        return self.anchor is not None
+            enc = self.tokenize_turns(messages)
+        return enc
 
     # ---- the pieces -----------------------------------------------------------------------------------
 
