@@ -41,6 +41,7 @@ include: "rules/training.smk"
 include: "rules/rl.smk"
 include: "rules/evaluation.smk"
 include: "rules/scores.smk"
+include: "rules/interop.smk"
 
 
 rule run_config:

@@ -304,3 +304,40 @@ def test_run_task_on_an_exported_folder_scores_the_baseline(exported: Path, base
     info = json.loads((tmp_path / "o" / "csvTiny.traj").read_text())["info"]
     assert info["exit_status"] == "submitted" and abs(info["score"][-1]["rmse"] - baseline["rmse"]) < 1e-6
     assert info["score"][-1]["reward"] == 0.5 and not info["flags"]
+
+
+def test_the_harbor_task_step_under_its_rules_view(tmp_path: Path, sandbox, baseline, rule_reads) -> None:
+    """Rule harbor_task (target `harbor`) runs `gymforge harbor-task` per slot: its step reads only the config
+    sections the rule declares; a verified slot becomes a task folder FROM sandbox.image, any other slot a
+    not_exported.json with the reason."""
+    import shutil
+
+    from gymforge.core.configview import restrict
+    from gymforge.core.records import VerificationReport
+    from gymforge.interop.harbor import harbor_task
+
+    results = tmp_path / "results"
+    tree = results / "environments" / "t0000" / "verified" / "mlgym"
+    shutil.copytree(ROOT, tree)
+    for other in (tree / "configs" / "tasks").glob("*.yaml"):
+        if other.stem != "csvTiny":
+            other.unlink()
+    (results / "environments" / "t0000" / "report.json").write_text(VerificationReport(
+        item="t0000", status="ok", task_id="csvTiny", baseline_scores=[baseline], metric="rmse",
+        higher_is_better=False).model_dump_json())
+    (results / "environments" / "t0001").mkdir(parents=True)
+    (results / "environments" / "t0001" / "report.json").write_text(VerificationReport(
+        item="t0001", status="discarded").model_dump_json())
+    view = restrict(GymforgeConfig(results_dir=str(results)), rule_reads["harbor_task"]["reads"], step="harbor_task")
+    env = results / "environments"
+    said = harbor_task(view, "t0000", env / "t0000" / "report.json", env / "t0000" / "verified",
+                       results / "proposals" / "t0000.json", results / "harbor" / "t0000")
+    assert said == "t0000: csvTiny written"
+    assert (results / "harbor" / "t0000" / "environment" / "Dockerfile").read_text().startswith(
+        f"FROM {GymforgeConfig().sandbox.image}\n")
+    said = harbor_task(view, "t0001", env / "t0001" / "report.json", env / "t0001" / "verified",
+                       results / "proposals" / "t0001.json", results / "harbor" / "t0001")
+    assert "not verified (discarded)" in said
+    assert json.loads((results / "harbor" / "t0001" / "not_exported.json").read_text())["slot"] == "t0001"
+    rules = (Path(__file__).resolve().parents[1] / "rules" / "interop.smk").read_text()
+    assert "rule harbor_task:" in rules and "rule harbor:" in rules and '"harbor-task"' in rules

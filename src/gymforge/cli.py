@@ -53,6 +53,7 @@ STEPS: dict[str, tuple[str, str]] = {  # verb: (module:function, help)
     "check-benchmark-task": ("gymforge.stages.evaluation:check_benchmark_task", "probe one benchmark task's evaluator with degenerate submissions (gymforge check-task)"),
     "score-table": ("gymforge.stages.scores:score_table", "evaluation: Best Attempt / Best Submission, AUP and plots"),
     "run-summary": ("gymforge.stages.scores:run_summary", "funnel, reasons and LLM usage as report pages"),
+    "harbor-task": ("gymforge.interop.harbor:harbor_task", "one verified environment as a Harbor task folder (target harbor; docs/interop.md)"),
 }
 
 # Annotation (as written, `from __future__ import annotations`) -> argparse keywords. Parameters of other

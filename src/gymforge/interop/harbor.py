@@ -45,8 +45,10 @@ from gymforge.agent.errors import SubmissionNotFound
 from gymforge.agent.loop import Agent, AgentConfig, AgentTask
 from gymforge.core import atomic
 from gymforge.core.config import GymforgeConfig
+from gymforge.core.records import VerificationReport
 from gymforge.interop import harbor_verifier
 from gymforge.interop.trl_env import task_rows
+from gymforge.rl.rollouts import load_task
 from gymforge.sandbox import ExecResult, Limits, Mount, SandboxBackend
 from gymforge.tasks.environment import EVALKIT, TaskEnvironment
 from gymforge.tasks.episode import sandbox_for
@@ -529,3 +531,28 @@ def run_harbor_episode(folder: Path, out: Path, llm: Any, *, sandbox: SandboxBac
         Agent(llm, session, env, task, AgentConfig(max_steps=max_steps), seed=seed, mounts=env.mounts,
               out_dir=Path(out), meta={"harbor_task": str(env.folder), "sandbox": sandbox.name, **(meta or {})}).run()
     return Path(out) / f"{env.id}.traj"
+
+
+# -- the Snakemake step: one slot's Harbor folder (rule harbor_task, target `harbor`) ---------------------------
+
+def harbor_task(cfg: GymforgeConfig, slot: str, report: Path, env: Path, proposal: Path, out: Path) -> str:
+    """The Harbor task folder of one topic slot's verified environment at `out` (rule `harbor_task`; base image
+    `sandbox.image`); a slot that was not verified, or whose task cannot leave, gets `out/not_exported.json` with
+    the reason instead, so the target's folders are known before the run."""
+    task = load_task(slot, Path(report), Path(env), Path(proposal) if Path(proposal).exists() else None)
+    why = None
+    if task is None:
+        why = f"not verified ({VerificationReport.model_validate_json(Path(report).read_text()).status})"
+    else:
+        try:
+            made = export_task(task.task_yaml, Path(out), sandbox=sandbox_for(cfg, 0), root=task.tree,
+                               baseline=task.baseline, metric=task.metric.metric,
+                               higher_is_better=task.metric.higher_is_better, hidden_columns=task.hidden_columns,
+                               limits=Limits.from_config(cfg.sandbox), base_image=cfg.sandbox.image,
+                               scale_floor=cfg.rl.reward.scale_floor)
+            return f"{slot}: {made.task_id} {'written' if made.written else 'unchanged'}"
+        except HarborExportError as err:
+            why = str(err)
+    with atomic.directory(Path(out)) as tmp:
+        (tmp / "not_exported.json").write_text(json.dumps({"slot": slot, "reason": why}, indent=1) + "\n")
+    return f"{slot}: not exported: {why}"
