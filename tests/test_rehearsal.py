@@ -2,7 +2,7 @@
 shrunk, end to end through the single-node SLURM cluster, the docker sandbox and the strict reasoning-model teacher.
 
 The overlay's keys are held to an allow-list here (sizes, plus the few switches the overlay comments); the run itself
-is `slow` and `heavy` (~10 min on 2 cores) and skips only where SLURM or docker cannot run (not root, no apt-get).
+is `slow` and `heavy` (14-21 min on the loaded 2-core machine) and skips only where SLURM or docker cannot run (not root, no apt-get).
 """
 
 from __future__ import annotations
@@ -125,6 +125,7 @@ def test_the_teacher_servers_request_log_records_fields_not_messages(tmp_path: P
 
 @pytest.mark.slow
 @pytest.mark.heavy
+@pytest.mark.timeout(3600)  # 14-21 min on the loaded 2-core machine, plus the docker image's first build (9 min here)
 def test_the_rehearsal_reaches_scores_through_slurm_docker_and_the_strict_teacher(tmp_path: Path) -> None:
     pytest.importorskip("snakemake_executor_plugin_slurm")
     pytest.importorskip("docker", reason="the docker SDK is not installed")
