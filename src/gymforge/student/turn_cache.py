@@ -37,6 +37,7 @@ from typing import Any, Sequence
 from gymforge.student.masks import PROBE, MaskError, assistant_spans, has_generation_markers, tokenize_turns
 
 log = logging.getLogger(__name__)
+HEADS = 32  # opening pieces kept from one trajectory to the next (most recently used)
 
 
 class _Irregular(Exception):
@@ -110,6 +111,7 @@ class TurnCache:
         self.markers = has_generation_markers(tokenizer.chat_template)
         self.anchor, self.reason = find_anchor(tokenizer)
         self._pieces: dict[str, _Piece] = {}
+        self._heads: dict[str, _Piece] = {}  # the first pieces (system prompt, task) of recent trajectories
         if self.anchor is None:
             log.info("request examples are tokenized whole: %s", self.reason)
 
@@ -118,11 +120,13 @@ class TurnCache:
         return self.anchor is not None
 
     def clear(self) -> None:
-        self._pieces.clear()
+        """Forget the pieces of the trajectory before, but those that open its requests (the system prompt and the
+        task, which the runs of a task share)."""
+        self._pieces = dict(self._heads)
 
     def _fall_back(self, reason: str) -> None:
         self.anchor, self.reason = None, reason
-        self._pieces.clear()
+        self._pieces, self._heads = {}, {}
         log.warning("request examples are tokenized whole from here on: %s", reason)
 
     def tokenize_turns(self, messages: Sequence[dict[str, Any]], *, last_only: bool = False) -> dict[str, list[int]]:
@@ -171,6 +175,10 @@ class TurnCache:
             enc = self.tokenizer(missing, add_special_tokens=False, return_offsets_mapping=True)
             for piece, ids, offsets in zip(missing, enc["input_ids"], enc["offset_mapping"], strict=True):
                 self._pieces[piece] = _Piece(list(ids), offsets, len(piece), widen=not self.markers)
+        for _a, head in parts[:3]:
+            self._heads[head] = self._heads.pop(head, None) or self._pieces[head]
+        while len(self._heads) > HEADS:
+            del self._heads[next(iter(self._heads))]
         return [(a, self._pieces[p]) for a, p in parts]
 
     def _tokenize(self, messages: Sequence[dict[str, Any]], last_only: bool) -> dict[str, list[int]]:
