@@ -55,7 +55,8 @@ class _Piece:
         self.starts = [s for s, _e in offsets]
         # `tokenize_with_assistant_mask` counts an empty token as one character wide; transformers' marker mask not
         self.reach = [max(e, s + 1) for s, e in offsets] if widen else [e for _s, e in offsets]
-        if self.starts != sorted(self.starts) or self.reach != sorted(self.reach) or (self.starts and (self.starts[0] < 0 or self.starts[-1] > length)):
+        inside = not self.starts or (self.starts[0] >= 0 and self.starts[-1] <= length)
+        if not inside or self.starts != sorted(self.starts) or self.reach != sorted(self.reach):
             raise _Irregular
 
 
