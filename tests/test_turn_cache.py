@@ -93,6 +93,19 @@ def test_each_request_of_a_trajectory_tokenizes_as_it_does_whole(which: str, off
     assert trained > 0
 
 
+def test_trajectories_of_one_task_share_their_opening_pieces_and_nothing_else(offline_dir: Path) -> None:
+    tokenizer = load_tokenizer(offline_dir)
+    cache = TurnCache(tokenizer)
+    for steps in (7, 5):  # the same system prompt and task, other replies and observations
+        cache.clear()
+        for chat in reply_chats(agent_trajectory(steps)):
+            assert cache.tokenize_turns(chat, last_only=True) == tokenize_turns(tokenizer, chat, last_only=True)
+        kept = set(cache._heads)
+    cache.clear()
+    assert set(cache._pieces) == kept and any("TASK: fit a model" in p for p in kept)
+    assert not any("python run.py" in p for p in kept)  # a reply or an observation is not kept for the next run
+
+
 def test_a_disagreement_turns_the_cache_off_and_every_chat_is_tokenized_whole(offline_dir: Path) -> None:
     tokenizer = load_tokenizer(offline_dir)
     chats = reply_chats(agent_trajectory(4))

@@ -176,7 +176,8 @@ class TurnCache:
             enc = self.tokenizer(missing, add_special_tokens=False, return_offsets_mapping=True)
             for piece, ids, offsets in zip(missing, enc["input_ids"], enc["offset_mapping"], strict=True):
                 self._pieces[piece] = _Piece(list(ids), offsets, len(piece), widen=not self.markers)
-        for _a, head in parts[:3]:
+        opening = 2 + (not text.startswith(self.anchor))  # system prompt and task, after any preamble
+        for _a, head in parts[:opening]:
             self._heads[head] = self._heads.pop(head, None) or self._pieces[head]
         while len(self._heads) > HEADS:
             del self._heads[next(iter(self._heads))]
