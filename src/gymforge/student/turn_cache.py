@@ -41,7 +41,8 @@ HEADS = 32  # opening pieces kept from one trajectory to the next (most recently
 
 
 class _Irregular(Exception):
-    """A piece's token offsets are not in order: the bisections would not find what the token-by-token rule does."""
+    """The pieces cannot give what `tokenize_turns` gives (the message says why): a piece's token offsets out of
+    order, where bisection would not find what the token-by-token rule does, or no renderer with spans."""
 
 
 class _Piece:
@@ -135,8 +136,8 @@ class TurnCache:
         if self.anchor is not None:
             try:
                 return self._tokenize(messages, last_only)
-            except _Irregular:
-                self._fall_back("a piece's token offsets are out of order")
+            except _Irregular as err:
+                self._fall_back(str(err) or "a piece's token offsets are out of order")
         return tokenize_turns(self.tokenizer, messages, self.name, last_only=last_only)
 
     def conversation(self, messages: Sequence[dict[str, Any]], whole_ids: Sequence[int]) -> dict[str, list[int]]:
@@ -154,11 +155,14 @@ class TurnCache:
     def _render(self, messages: Sequence[dict[str, Any]], last_only: bool) -> tuple[str, list[tuple[int, int]]]:
         if not self.markers:
             return assistant_spans(self.tokenizer, messages, self.name, last_only=last_only)
-        from transformers.utils.chat_template_utils import render_jinja_template
+        try:  # what apply_chat_template(return_assistant_tokens_mask=True) renders, with its generation spans
+            from transformers.utils.chat_template_utils import render_jinja_template
 
-        texts, spans = render_jinja_template(
-            conversations=[[dict(m) for m in messages]], chat_template=self.tokenizer.get_chat_template(),
-            return_assistant_tokens_mask=True, add_generation_prompt=False, **self.tokenizer.special_tokens_map)
+            texts, spans = render_jinja_template(
+                conversations=[[dict(m) for m in messages]], chat_template=self.tokenizer.get_chat_template(),
+                return_assistant_tokens_mask=True, add_generation_prompt=False, **self.tokenizer.special_tokens_map)
+        except (ImportError, TypeError) as err:  # another transformers: its own path, whole
+            raise _Irregular(f"transformers' renderer with generation spans is not usable here: {err}") from None
         return texts[0], [tuple(s) for s in spans[0]]
 
     def _encode(self, text: str) -> list[tuple[int, _Piece]]:
