@@ -267,6 +267,21 @@ def test_request_of_a_dead_process_is_booked_at_its_bound(tmp_path: Path) -> Non
     assert len(Ledger(tmp_path).entries()) == 1  # booked once
 
 
+def test_a_process_killed_inside_settle_is_booked_once_at_what_it_logged(tmp_path: Path) -> None:
+    """Killed after logging its `done` line and before writing spend.json: the log's cost is booked, not the bound."""
+    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True,
+                          check=True)
+    ledger = Ledger(tmp_path)
+    stale = {"usd": 0.5, "bound_usd": 2.0, "stage": "x", "job": "tasks/t0001", "pid": int(dead.stdout),
+             "host": socket.gethostname(), "call": "c1", "attempt": 1}
+    ledger.spend_path.write_text(json.dumps({"spent_usd": 0.0, "reservations": {"stale": stale}}))
+    ledger.calls_path.write_text(json.dumps({"event": "done", "id": "stale", "stage": "x", "ok": True,
+                                             "cost_usd": 0.25, "cost_basis": "usage"}) + "\n")
+    assert ledger.spent() == pytest.approx(0.25)
+    assert [e["cost_usd"] for e in Ledger(tmp_path).entries()] == [0.25]  # no second `done` line
+    assert ledger.spent() == pytest.approx(sum(e["cost_usd"] for e in ledger.entries() if e["event"] == "done"))
+
+
 def test_loopback_lists_models(loopback: LoopbackServer) -> None:
     with openai.OpenAI(base_url=loopback.url, api_key="x", max_retries=0) as raw:
         assert [m.id for m in raw.models.list()] == ["loopback-model"]

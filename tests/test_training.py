@@ -104,7 +104,10 @@ def test_base_is_a_seeded_tiny_qwen3(fixture_dir: Path, tmp_path: Path) -> None:
 def test_base_of_offline_and_production(tmp_path: Path) -> None:
     assert student.base_of(make_cfg(), tmp_path) == str(tmp_path / "student" / "base")
     prod = make_cfg(student="Qwen/Qwen3-4B")
-    assert student.base_of(prod, tmp_path) == "Qwen/Qwen3-4B"
+    # a hub id is loaded from the folder rule prefetch_model fetched it to, unless train.prefetch is off
+    assert student.base_of(prod, tmp_path) == str(prod.cache / "models" / "Qwen--Qwen3-4B")
+    assert student.base_of(prod.model_copy(update={"train": prod.train.model_copy(update={"prefetch": False})}),
+                           tmp_path) == "Qwen/Qwen3-4B"
     with pytest.raises(ValueError, match="needs no base build"):
         student.build_base(prod, tmp_path / "tok", tmp_path / "base")
     assert not (tmp_path / "base").exists()

@@ -26,7 +26,7 @@ import math
 import os
 import socket
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -138,9 +138,15 @@ class Ledger:
         host = socket.gethostname()
         dead = {token: r for token, r in spend["reservations"].items()
                 if r.get("host") == host and not _alive(r["pid"], r.get("started"))}
+        # A process killed inside `settle`, after logging its `done` line and before writing this file: book what it
+        # logged, not its bound and a second `done` line.
+        settled = self._logged_costs(dead.keys()) if dead else {}
         for token, r in dead.items():
-            # The request may have been answered and billed: book its upper bound, and log it.
             del spend["reservations"][token]
+            if token in settled:
+                spend["spent_usd"] += settled[token]
+                continue
+            # The request may have been answered and billed: book its upper bound, and log it.
             bound = r.get("bound_usd", r.get("usd", 0.0))
             spend["spent_usd"] += bound
             (booked.append if self.read_only and booked is not None else self._append)({
@@ -152,6 +158,21 @@ class Ledger:
         if dead and not self.read_only:
             atomic.write_json(self.spend_path, spend)
         return spend
+
+    def _logged_costs(self, tokens: Iterable[str]) -> dict[str, float]:
+        """The cost of each of `tokens` that already has a `done` line in the log."""
+        wanted, found = set(tokens), {}
+        if self.calls_path.exists():
+            for line in self.calls_path.read_text().splitlines():
+                if not any(t in line for t in wanted):
+                    continue
+                try:
+                    e = json.loads(line)
+                except ValueError:
+                    continue
+                if e.get("event") == "done" and e.get("id") in wanted:
+                    found[e["id"]] = e.get("cost_usd") or 0.0
+        return found
 
     @staticmethod
     def _expected_reply(spend: dict[str, Any], stage: str, max_tokens: int) -> int:
