@@ -101,6 +101,17 @@ def _digest(folder: Path) -> str:
     return h.hexdigest()
 
 
+def _carry(src: Path, dst: Path) -> None:
+    """An artefact the agent left (a folder or a file; nothing when it left none) copied to where the verifier reads
+    it, replacing what was there."""
+    if src.is_dir():
+        shutil.rmtree(dst, ignore_errors=True)
+        _copy_tree(src, dst)
+    elif src.is_file():
+        dst.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(src, dst)
+
+
 def _copy_tree(src: Path, dst: Path) -> None:
     """Regular files and folders of `src` (symlinks left out), as plain files gymforge wrote."""
     dst.mkdir(parents=True, exist_ok=True)
@@ -324,13 +335,7 @@ def run_harbor_task(folder: Path, work: Path, *, sandbox: SandboxBackend, limits
     if task.separate_verifier:  # a fresh filesystem that holds only the agent's artifacts
         verifier_root = task.materialize(work / "verifier")
         for path in task.artifacts:
-            src, dst = agent_root / path.lstrip("/"), verifier_root / path.lstrip("/")
-            if src.is_dir():
-                shutil.rmtree(dst, ignore_errors=True)
-                _copy_tree(src, dst)
-            elif src.is_file():
-                dst.parent.mkdir(parents=True, exist_ok=True)
-                shutil.copyfile(src, dst)
+            _carry(agent_root / path.lstrip("/"), verifier_root / path.lstrip("/"))
         app = verifier_root / task.workdir.lstrip("/")
     logs = work / "logs" / "verifier"
     logs.mkdir(parents=True)
@@ -498,13 +503,7 @@ class HarborEnvironment:
         shutil.rmtree(check, ignore_errors=True)
         root = self.harbor.materialize(check / "root")
         for path in (self.harbor.artifacts if self.harbor.separate_verifier else [self.harbor.workdir]):
-            src, dst = self._agent_root / path.lstrip("/"), root / path.lstrip("/")
-            if src.is_dir():
-                shutil.rmtree(dst, ignore_errors=True)
-                _copy_tree(src, dst)
-            elif src.is_file():
-                dst.parent.mkdir(parents=True, exist_ok=True)
-                shutil.copyfile(src, dst)
+            _carry(self._agent_root / path.lstrip("/"), root / path.lstrip("/"))
         app = root / self.harbor.workdir.lstrip("/")
         logs = check / "logs"
         logs.mkdir(parents=True)
