@@ -251,13 +251,20 @@ def test_ledger_is_shared_safely_by_processes(tmp_path: Path) -> None:
     assert ledger.request_count() == 100 and ledger.spent() == pytest.approx(1.0)  # no lost updates
 
 
-def test_request_of_a_dead_process_is_booked_at_its_bound(tmp_path: Path) -> None:
+def ledger_with_a_dead_reservation(tmp_path: Path) -> Ledger:
+    """A ledger whose one reservation (`stale`: bound $2, estimate $0.50) belongs to a process of this host that
+    has exited."""
     dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True,
                           check=True)
     ledger = Ledger(tmp_path)
     stale = {"usd": 0.5, "bound_usd": 2.0, "stage": "x", "job": "tasks/t0001", "pid": int(dead.stdout),
              "host": socket.gethostname(), "call": "c1", "attempt": 1}
     ledger.spend_path.write_text(json.dumps({"spent_usd": 0.0, "reservations": {"stale": stale}}))
+    return ledger
+
+
+def test_request_of_a_dead_process_is_booked_at_its_bound(tmp_path: Path) -> None:
+    ledger = ledger_with_a_dead_reservation(tmp_path)
     assert ledger.budget(5.0) == {"budget_usd": 5.0, "spent_usd": 2.0, "reserved_usd": 0.0, "in_flight": 0,
                                   "remaining_usd": 3.0}
     [killed] = ledger.entries()
@@ -269,12 +276,7 @@ def test_request_of_a_dead_process_is_booked_at_its_bound(tmp_path: Path) -> Non
 
 def test_a_process_killed_inside_settle_is_booked_once_at_what_it_logged(tmp_path: Path) -> None:
     """Killed after logging its `done` line and before writing spend.json: the log's cost is booked, not the bound."""
-    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"], capture_output=True, text=True,
-                          check=True)
-    ledger = Ledger(tmp_path)
-    stale = {"usd": 0.5, "bound_usd": 2.0, "stage": "x", "job": "tasks/t0001", "pid": int(dead.stdout),
-             "host": socket.gethostname(), "call": "c1", "attempt": 1}
-    ledger.spend_path.write_text(json.dumps({"spent_usd": 0.0, "reservations": {"stale": stale}}))
+    ledger = ledger_with_a_dead_reservation(tmp_path)
     ledger.calls_path.write_text(json.dumps({"event": "done", "id": "stale", "stage": "x", "ok": True,
                                              "cost_usd": 0.25, "cost_basis": "usage"}) + "\n")
     assert ledger.spent() == pytest.approx(0.25)

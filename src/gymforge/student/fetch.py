@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import shutil
 from pathlib import Path
 
 from gymforge.core import atomic
@@ -63,11 +64,8 @@ def prefetch_model(model: str, out: Path | str, revision: str | None = None) -> 
         manifest = {"id": model, "revision": info.sha, "files": files,
                     "bytes": sum((tmp / f).stat().st_size for f in files)}
         (tmp / MANIFEST).write_text(json.dumps(manifest, indent=2) + "\n")
-        cache = tmp / ".cache"  # huggingface_hub's download metadata: not part of the model
-        if cache.exists():
-            import shutil
-
-            shutil.rmtree(cache)
+        # huggingface_hub's download metadata: not part of the model
+        shutil.rmtree(tmp / ".cache", ignore_errors=True)
     return Path(out)
 
 
