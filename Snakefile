@@ -1,6 +1,6 @@
 # gymforge: topics -> validated tasks -> ... (see README). Rules are thin; logic lives in src/gymforge.
 from gymforge.core.config import layered_config, validate_config
-from gymforge.core.locks import clear_stale_locks
+from gymforge.runtime.locks import clear_stale_locks
 
 
 report: "report/workflow.rst"

@@ -5,7 +5,8 @@ import shlex
 from pathlib import Path
 import sys
 
-from gymforge.core import atomic, configview, resources
+from gymforge.core import atomic, configview
+from gymforge.runtime import resources
 from gymforge.benchmark.suite import load_benchmark
 from gymforge.tasks.datacache import (
     KEY_PATTERN,

@@ -17,7 +17,7 @@ rule micro_task:
         digest=CFG.digest("seed", "sandbox", "micro", "verification.probes", "post_training"),
     resources:
         # verification's check, with the GPUs the task's rollouts get; a slot verification did not keep only
-        # writes a "skipped" record, and asks for no GPU and minutes (gymforge.core.resources)
+        # writes a "skipped" record, and asks for no GPU and minutes (gymforge.runtime.resources)
         gpu=lambda w, input: resources.micro(CFG, input.report).gpu,
         mem_mb=lambda w, input: resources.micro(CFG, input.report).mem_mb,
         runtime=lambda w, input: resources.micro(CFG, input.report).runtime,

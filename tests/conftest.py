@@ -12,7 +12,7 @@ os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
 # generation on 2 threads ~30% slower, so the product sets it only where cores are shared.)
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 # Tests that run SFT or RL log to no tracker (their default results_dir is the checkout's results/); the tracking
-# tests turn trackio on with a results_dir of their own (gymforge.core.tracking).
+# tests turn trackio on with a results_dir of their own (gymforge.runtime.tracking).
 os.environ.setdefault("GYMFORGE_TRACKING", "none")
 
 pytest_plugins = ["loopback", "workflow_runs", "stage_fixtures", "finished_run", "cpu_time"]

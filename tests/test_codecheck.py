@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import textwrap
 
-from gymforge.core.codecheck import check_columns, check_python
+from gymforge.runtime.codecheck import check_columns, check_python
 
 COLUMNS = {"species", "island", "bill_length_mm", "bill_depth_mm", "flipper_length_mm", "body_mass_g", "sex", "year"}
 

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from gymforge.agent import EvaluationFormatError, SubmissionNotFound
-from gymforge.core.gpus import gpu_count
+from gymforge.runtime.gpus import gpu_count
 from gymforge.tasks.environment import (
     BaselineFailed,
     InstallError,
@@ -108,7 +108,7 @@ def test_python_task_scores_the_edited_module(backend: SandboxBackend, tmp_path:
 
 
 def test_gpus_default_to_the_hosts_count(backend: SandboxBackend, tmp_path: Path, monkeypatch) -> None:
-    """An environment given no GPU count takes the one host counter's (gymforge.core.gpus), GYMFORGE_GPUS included."""
+    """An environment given no GPU count takes the one host counter's (gymforge.runtime.gpus), GYMFORGE_GPUS included."""
     monkeypatch.setenv("GYMFORGE_GPUS", "3")
     assert TaskEnvironment.from_id(ROOT, "lmTiny", sandbox=backend, run_dir=tmp_path / "run").gpus == 3
     assert TaskEnvironment.from_id(ROOT, "lmTiny", sandbox=backend, run_dir=tmp_path / "run", gpus=1).gpus == 1

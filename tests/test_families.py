@@ -16,7 +16,7 @@ import yaml
 
 from gymforge.tasks import mlgym
 from gymforge.llm.codeblocks import parse_files
-from gymforge.core.codecheck import check_columns, check_python
+from gymforge.runtime.codecheck import check_columns, check_python
 from gymforge.offline import families, improvements
 from gymforge.offline.families import games
 from gymforge.offline.families.common import parse_facts

@@ -1,4 +1,4 @@
-"""gymforge.core.gpus: lock-based GPU leases and `with-gpus` (no GPU needed: GYMFORGE_GPUS fakes the count)."""
+"""gymforge.runtime.gpus: lock-based GPU leases and `with-gpus` (no GPU needed: GYMFORGE_GPUS fakes the count)."""
 
 import os
 import signal
@@ -10,8 +10,8 @@ import time
 
 import pytest
 
-from gymforge.core import gpus
-from gymforge.core.gpus import GpuError, GpuTimeout, lease, with_gpus
+from gymforge.runtime import gpus
+from gymforge.runtime.gpus import GpuError, GpuTimeout, lease, with_gpus
 
 
 @pytest.fixture
@@ -104,7 +104,7 @@ def test_sigkilled_holder_frees_its_devices(four_gpus):
     holder = subprocess.Popen(
         [sys.executable, "-c", textwrap.dedent("""
             import sys, time
-            from gymforge.core.gpus import lease
+            from gymforge.runtime.gpus import lease
             with lease(3) as ids:
                 print(",".join(ids), flush=True)
                 time.sleep(120)
@@ -126,7 +126,7 @@ def test_sigkilled_holder_frees_its_devices(four_gpus):
 
 
 def run_with_gpus(*args: str, timeout: float = 30, **env: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "gymforge.core.gpus", *args], capture_output=True, text=True,
+    return subprocess.run([sys.executable, "-m", "gymforge.runtime.gpus", *args], capture_output=True, text=True,
                           timeout=timeout, env=child_env(**env))
 
 
@@ -138,7 +138,7 @@ def test_with_gpus_sets_devices_and_forwards_exit_code(four_gpus):
     assert "CUDA_VISIBLE_DEVICES='0,1'" in proc.stderr
     # The exec'd command holds the locks itself: while it runs nobody else gets its devices.
     with lease(2, timeout_s=2) as mine:
-        sleeper = subprocess.Popen([sys.executable, "-m", "gymforge.core.gpus", "2", "--", "sh", "-c",
+        sleeper = subprocess.Popen([sys.executable, "-m", "gymforge.runtime.gpus", "2", "--", "sh", "-c",
                                     'echo "$CUDA_VISIBLE_DEVICES"; exec sleep 60'],
                                    stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, env=child_env(**env))
         try:
@@ -171,7 +171,7 @@ def test_with_gpus_supervised_mode_forwards_exit_code_and_signals(four_gpus, tmp
     # A SIGTERM to the supervisor reaches the child, whose exit code comes back.
     script = textwrap.dedent("""
         import sys
-        from gymforge.core.gpus import with_gpus
+        from gymforge.runtime.gpus import with_gpus
         sys.exit(with_gpus(1, [sys.executable, "-c",
             "import signal, sys, time\\n"
             "signal.signal(signal.SIGTERM, lambda *a: sys.exit(42))\\n"

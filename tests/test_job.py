@@ -14,8 +14,8 @@ from loopback import closed_port_url
 
 from gymforge.core import atomic
 from gymforge.core.config import GymforgeConfig
-from gymforge.core.job import SCRATCH_ENV, attempt_logs, failure_path, scratch_dir
-from gymforge.core.locks import clear_stale_locks, stale_lock_state
+from gymforge.runtime.job import SCRATCH_ENV, attempt_logs, failure_path, scratch_dir
+from gymforge.runtime.locks import clear_stale_locks, stale_lock_state
 from gymforge.tools.status import collect, render_table
 
 
@@ -107,7 +107,7 @@ def test_a_lock_recorded_by_another_host_is_never_cleared_here(tmp_path: Path) -
     locking run's host keeps a dry run there from deleting it; on the run's own host a dead pid makes it stale."""
     import socket
 
-    from gymforge.core.locks import owner_path, read_owner
+    from gymforge.runtime.locks import owner_path, read_owner
 
     locks = tmp_path / ".snakemake" / "locks"
     locks.mkdir(parents=True)

@@ -275,7 +275,7 @@ def test_a_short_budget_still_ends_with_a_submission(interface: str) -> None:
 
 
 def test_the_cli_script_is_valid_python_with_no_undefined_names() -> None:
-    from gymforge.core.codecheck import check_python
+    from gymforge.runtime.codecheck import check_python
 
     task = ptp.read_task(first_message("cli", 30))
     script = ptp.train_script(task, ptp.Recipe())

@@ -12,7 +12,7 @@ from types import SimpleNamespace
 
 from gymforge.cli import main
 from gymforge.core.config import GymforgeConfig, ModelSpec
-from gymforge.core.progress import Progress, fmt_duration
+from gymforge.runtime.progress import Progress, fmt_duration
 from gymforge.tools.status import collect, render_table, watch
 from results_fixture import build_results, config, make_rollout, make_trajectory, rollout_actions
 

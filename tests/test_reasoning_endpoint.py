@@ -21,7 +21,7 @@ from workflow_copy import copy_workflow
 from workflow_runs import snakemake
 
 from gymforge.core.config import ConfigError, EndpointConfig, GymforgeConfig, Price, load_config, validate_config
-from gymforge.core.job import classify
+from gymforge.runtime.job import classify
 from gymforge.core.prompts import render
 from gymforge.llm.client import LLMClient, make_client
 from gymforge.llm.ledger import Ledger

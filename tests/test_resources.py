@@ -1,4 +1,4 @@
-"""What jobs ask of their scheduler (gymforge.core.resources): a slot verification did not keep asks for nothing it
+"""What jobs ask of their scheduler (gymforge.runtime.resources): a slot verification did not keep asks for nothing it
 will not use, and a plan no partition can take fails before anything is submitted."""
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from gymforge.core import resources
+from gymforge.runtime import resources
 from gymforge.core.config import load_config, validate_config
 
 REPO = Path(__file__).resolve().parents[1]

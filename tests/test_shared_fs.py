@@ -9,9 +9,9 @@ from pathlib import Path
 import pytest
 from loopback import LoopbackServer
 
-from gymforge.core import sharedfs
+from gymforge.runtime import sharedfs
 from gymforge.core.config import EndpointConfig, GymforgeConfig
-from gymforge.core.job import JOB_LOG_ENV
+from gymforge.runtime.job import JOB_LOG_ENV
 from gymforge.llm import ledger as ledger_mod
 from gymforge.llm.client import LLMClient
 

@@ -17,7 +17,7 @@ from gymforge.tasks import mlgym
 from gymforge.agent import Agent, AgentConfig, AgentTask, EvaluationFormatError, SubmissionNotFound, parse_reply
 from gymforge.agent.parsing import FormatError
 from gymforge.llm.codeblocks import parse_files
-from gymforge.core.codecheck import check_python
+from gymforge.runtime.codecheck import check_python
 from gymforge.core.config import EndpointConfig
 from gymforge.llm.client import LLMClient
 from gymforge.offline import agent_policy, dispatch, ensure_server, families, improvements

@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from gymforge.core import tracking
+from gymforge.runtime import tracking
 from gymforge.core.config import GymforgeConfig
 
 

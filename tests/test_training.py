@@ -298,8 +298,8 @@ def test_cpu_lm_head_in_chunks_matches_one_pass(fixture_dir: Path, monkeypatch: 
 def test_cpu_threads_are_the_jobs_cores(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     import torch
 
-    from gymforge.core import cpus as cpu_training
-    from gymforge.core.cpus import cpu_threads
+    from gymforge.runtime import cpus as cpu_training
+    from gymforge.runtime.cpus import cpu_threads
     from gymforge.student.cpu_training import set_cpu_threads
 
     monkeypatch.setenv("OMP_NUM_THREADS", "3")  # what Snakemake exports for a job of 3 threads

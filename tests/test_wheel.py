@@ -25,7 +25,7 @@ import json, subprocess, sys
 import jinja2.meta
 import gymforge
 from gymforge.core import prompts
-from gymforge.core.launch import STRATEGY_FILES, accelerate_config
+from gymforge.runtime.launch import STRATEGY_FILES, accelerate_config
 
 
 class Anything(str):
@@ -117,7 +117,7 @@ def test_wheel_installs_and_renders_without_the_checkout(tmp_path: Path) -> None
     assert all(text.strip() for text in got["rendered"].values())
     assert "Propose exactly 3" in got["topics"] and "- graph coloring" in got["topics"]
     ddp = Path(got["accelerate"]["ddp"])
-    assert ddp.is_relative_to(site) and ddp.read_text() == (REPO / "src/gymforge/core/accelerate/ddp.yaml").read_text()
+    assert ddp.is_relative_to(site) and ddp.read_text() == (REPO / "src/gymforge/runtime/accelerate/ddp.yaml").read_text()
     assert all(Path(p).is_file() for p in got["accelerate"].values())
     verbs = re.findall(r"^ {4}(\S+)", got["help"], flags=re.MULTILINE)  # argparse's subcommand rows
     missing_verbs = [v for v in STEPS if v not in verbs]

@@ -1,1 +1,1 @@
-"""What every stage shares: the config models, the records stages write, the plan, atomic files, prompts."""
+"""What every layer shares: the config models, the records stages write, the plan, task ids, atomic files, prompts."""

@@ -1,6 +1,6 @@
 """Atomic file output: write to a temporary name, then rename, so a kill never leaves half a file.
 
-Inside a job (`gymforge --log ...`, see `gymforge.core.job`) temporaries live in the job's scratch directory,
+Inside a job (`gymforge --log ...`, see `gymforge.runtime.job`) temporaries live in the job's scratch directory,
 which the job empties when it starts: a `kill -9` leaves them where the rerun removes them. Elsewhere, or
 when the target is on another file system (a rename cannot cross it), they are hidden siblings of the target.
 """
@@ -18,7 +18,7 @@ from typing import Any
 
 import yaml
 
-SCRATCH_ENV = "GYMFORGE_SCRATCH"  # a job's scratch directory (`gymforge.core.job` sets it)
+SCRATCH_ENV = "GYMFORGE_SCRATCH"  # a job's scratch directory (`gymforge.runtime.job` sets it)
 
 
 def _temp_dir(target: Path) -> Path:

@@ -16,7 +16,7 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator, model_validator
 
-from gymforge.core.plan import check_task_id
+from gymforge.core.ids import check_task_id
 
 
 class _Strict(BaseModel):
@@ -342,7 +342,7 @@ class TrainConfig(_Strict):
     tiny: TinyStudentConfig = TinyStudentConfig()
     gpus: int = Field(0, ge=0, description="GPUs the training job declares; more than one launches it with accelerate.")
     strategy: Literal["ddp", "fsdp", "deepspeed"] = Field(
-        "ddp", description="Multi-GPU strategy: accelerate config file src/gymforge/core/accelerate/<strategy>.yaml.")
+        "ddp", description="Multi-GPU strategy: accelerate config file src/gymforge/runtime/accelerate/<strategy>.yaml.")
     logging_steps: int = Field(1, ge=1)
     mem_mb: int = Field(8192, ge=256)
     runtime_min: int = Field(720, ge=1, description="Wall-clock minutes of one train_student job. Keep it within "
@@ -525,7 +525,7 @@ class RLConfig(_Strict):
                       "more than 1: each update runs sharded over them (gymforge.rl.sharded, docs/rl.md).")
     strategy: Literal["fsdp", "deepspeed", "ddp"] = Field(
         "fsdp", description="How the update is sharded when gpus > 1: the accelerate config "
-        "src/gymforge/core/accelerate/<strategy>.yaml that SFT uses (fsdp: FSDP2 full shard; deepspeed: ZeRO-3; "
+        "src/gymforge/runtime/accelerate/<strategy>.yaml that SFT uses (fsdp: FSDP2 full shard; deepspeed: ZeRO-3; "
         "ddp: a whole copy per GPU, small students only).")
     gradient_checkpointing: bool = Field(False, description="Recompute each decoder layer's activations in the "
                                          "backward pass of a sharded update (needed for 4B/8B at 32k tokens).")
@@ -558,7 +558,7 @@ class PostTrainingConfig(_Strict):
 
 
 class TrackingConfig(_Strict):
-    """Where SFT and RL log their curves per step (gymforge.core.tracking); the files under results/ are written
+    """Where SFT and RL log their curves per step (gymforge.runtime.tracking); the files under results/ are written
     either way."""
 
     backend: Literal["trackio", "wandb", "none"] = Field(

@@ -38,7 +38,7 @@ class UndeclaredConfigRead(BaseException):
     """A step read a config key its rule does not declare. A BaseException, like SystemExit: the steps record
     ordinary exceptions as an item's failure (a task that did not verify), and this is a bug in the rule."""
 
-    reason_code = "undeclared_config"  # the job's failure record (gymforge.core.job.classify)
+    reason_code = "undeclared_config"  # the job's failure record (gymforge.runtime.job.classify)
 
 
 def _covers(keys: frozenset[str], path: str) -> bool:

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 import math
-import re
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -18,27 +17,6 @@ if TYPE_CHECKING:
 
 # Model sources whose checkpoint gymforge serves itself (the others are endpoints already running).
 SERVED_SOURCES = ("student-base", "student-sft", "student-rl", "checkpoint")
-
-
-ID_MAX_LENGTH = 64
-SAFE_ID_PATTERN = rf"^[A-Za-z0-9_-]{{1,{ID_MAX_LENGTH}}}$"  # every task id, MLGym's own included
-
-
-def short_repr(value: str) -> str:
-    """`value` quoted for an error message, cut after 40 characters."""
-    return repr(value) if len(value) <= 48 else f"{value[:40]!r}..."
-
-
-def check_task_id(value: str, what: str = "task id") -> str:
-    """`value` if it is safe as a file and directory name: at most 64 characters of [A-Za-z0-9_-].
-
-    Every task id must pass, MLGym's own included: ids name result files and run folders.
-    """
-    if not re.fullmatch(SAFE_ID_PATTERN, value):
-        problem = (f"is {len(value)} characters long (at most {ID_MAX_LENGTH})" if len(value) > ID_MAX_LENGTH
-                   else "is empty" if not value else "may only use ASCII letters, digits, '_' and '-'")
-        raise ValueError(f"{what} {short_repr(value)} {problem}; ids name files and folders")
-    return value
 
 
 # ---- topics: batches of slots ------------------------------------------------------------------------

@@ -2,7 +2,7 @@
 
 SFT (`gymforge.stages.training`) and the sharded RL update (`gymforge.rl.sharded`) both launch `accelerate launch
 --config_file <strategy>.yaml` (`accelerate_launch`); the config files ship in the package under
-`gymforge/core/accelerate/`.
+`gymforge/runtime/accelerate/`.
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ import sys
 from importlib.resources import files
 from pathlib import Path
 
-ACCELERATE_CONFIGS = Path(str(files("gymforge.core") / "accelerate"))  # shipped in the package
+ACCELERATE_CONFIGS = Path(str(files("gymforge.runtime") / "accelerate"))  # shipped in the package
 STRATEGY_FILES = {"ddp": "ddp.yaml", "fsdp": "fsdp.yaml", "deepspeed": "deepspeed.yaml"}
 
 

@@ -33,7 +33,7 @@ class Progress:
                  clock: Callable[[], float] = time.monotonic) -> None:
         self.total = max(0, int(total))
         self.label = label
-        self.log = log or logging.getLogger("gymforge.core.progress")
+        self.log = log or logging.getLogger("gymforge.runtime.progress")
         self.stream = stream if stream is not None else sys.stderr
         if tty is None:
             isatty = getattr(self.stream, "isatty", None)

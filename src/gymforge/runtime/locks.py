@@ -24,7 +24,7 @@ import sys
 from pathlib import Path
 
 from gymforge.core import atomic
-from gymforge.core.procs import pid_alive, start_time
+from gymforge.runtime.procs import pid_alive, start_time
 
 UNLOCK = "snakemake --unlock"
 OWNER = "gymforge-lock-owner.json"
