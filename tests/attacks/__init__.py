@@ -1,1 +1,1 @@
-"""The attack suite's helpers (tests/test_attacks.py): an attacker's episode, payloads, canaries."""
+"""The attack suite's helpers (tests/sandbox/test_attacks.py): an attacker's episode, payloads, canaries."""

@@ -1,4 +1,4 @@
-"""Shared machinery of the attack suite (tests/test_attacks.py): entrypoints, an attacker's episode, canaries.
+"""Shared machinery of the attack suite (tests/sandbox/test_attacks.py): entrypoints, an attacker's episode, canaries.
 
 An `Episode` is one installed task with the agent's session open on it. Everything the agent would see
 (shell output, file-tool observations, evaluation observations) is collected in `Episode.visible`; the
