@@ -32,7 +32,7 @@ weights), then runs, on CUDA when there is one:
    completion tokens/s of the batch, and the same model's tokens/s in this process (`ChatModel`, no HTTP).
 
 `--tiny` shrinks all of it (2 layers, 64 wide; short samples, few steps) so that it runs on a CPU in a minute:
-tests/test_gpu_check.py runs it that way, so the script cannot rot without a failing test.
+tests/workflow/test_gpu_check.py runs it that way, so the script cannot rot without a failing test.
 """
 
 from __future__ import annotations

@@ -7,7 +7,7 @@ release; files that are missing or not JSON are counted and skipped) and prints,
 run of the agent loop costs: steps, API calls, prompt and completion tokens per call, execution seconds per
 step, the length of the conversation, and the hidden reasoning tokens of the models whose counts include them.
 The last block is the `mlgym` entries of `src/gymforge/tools/estimate_constants.yaml` (`--json`: only that
-block, as JSON; tests/test_estimate.py compares it with the stored table when MLGYM_ROOT is set).
+block, as JSON; tests/tools/test_estimate.py compares it with the stored table when MLGYM_ROOT is set).
 
 How each constant is drawn (pooled sums over the runs that made at least one API call, so a mean is a mean per
 call or per step, not a mean of per-run ratios):

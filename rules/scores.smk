@@ -30,7 +30,7 @@ rule run_summary:
     input:
         # The funnel reads every stage's records (gymforge.report.funnel.collect); besides these it reads the
         # LLM ledger (results/llm) and the jobs' failure records (logs/**/*.failed.json): logs every job appends
-        # to, not rule outputs (the one exception tests/test_rule_inputs.py allows).
+        # to, not rule outputs (the one exception tests/workflow/test_rule_inputs.py allows).
         f"{R}/config.json",
         expand(f"{R}/topics/batches/{{batch}}.json", batch=TOPIC_BATCHES),
         expand(f"{R}/proposals/{{slot}}.json", slot=TOPIC_SLOTS),

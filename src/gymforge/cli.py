@@ -15,7 +15,8 @@ import sys
 from pathlib import Path
 from typing import Any, Callable
 
-from gymforge.core import configview, gpus, job, plugins
+from gymforge.core import configview, plugins
+from gymforge.runtime import gpus, job
 from gymforge.core.config import ConfigError, GymforgeConfig, config_or_defaults
 from gymforge.hub import get_hub
 

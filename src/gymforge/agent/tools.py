@@ -18,7 +18,7 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from gymforge.core.codecheck import check_python
+from gymforge.runtime.codecheck import check_python
 from gymforge.sandbox import Mount, beneath
 
 FILE_COMMANDS = frozenset(

@@ -1,7 +1,7 @@
 """The data files of the built-in benchmark suite, generated deterministically.
 
 `python -m gymforge.benchmark.generate [ROOT]` rewrites them under ROOT (default: the shipped tree);
-`tests/test_benchmark.py` checks that the shipped files are exactly what this module produces.
+`tests/benchmark/test_benchmark.py` checks that the shipped files are exactly what this module produces.
 
 Only `random.Random(seed).random()` is used (Python guarantees its stream across versions and
 platforms); Gaussian and exponential draws are derived from it here, and every number is written

@@ -19,7 +19,7 @@ import threading
 from pathlib import Path
 from typing import Any
 
-from gymforge.core.job import current_job
+from gymforge.runtime.job import current_job
 
 
 class ResponseCache:

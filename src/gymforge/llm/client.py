@@ -60,8 +60,8 @@ from tenacity import (
 from gymforge.core import plugins
 from gymforge.core.config import EndpointConfig, GymforgeConfig
 from gymforge.core.tokens import Sampled, from_response
-from gymforge.core import job
-from gymforge.core.job import current_job as _job
+from gymforge.runtime import job
+from gymforge.runtime.job import current_job as _job
 from gymforge.llm.cache import ResponseCache
 from gymforge.llm.ledger import Admission, BudgetExceeded, Ledger
 
@@ -181,7 +181,7 @@ def is_transient(err: BaseException) -> bool:
 
 
 def _failure_code(err: BaseException) -> str | None:
-    """A job's failure reason code for an endpoint error (`gymforge.core.job.classify`)."""
+    """A job's failure reason code for an endpoint error (`gymforge.runtime.job.classify`)."""
     if isinstance(err, OpenAIError):
         return "llm_unavailable" if is_transient(err) else "llm_rejected"
     return None

@@ -34,8 +34,9 @@ from typing import Any
 
 from filelock import FileLock
 
-from gymforge.core import atomic, sharedfs
-from gymforge.core.procs import pid_alive
+from gymforge.core import atomic
+from gymforge.runtime import sharedfs
+from gymforge.runtime.procs import pid_alive
 from gymforge.core.config import Price
 
 log = logging.getLogger(__name__)
@@ -51,7 +52,7 @@ KILLED = "killed_in_flight"
 class BudgetExceeded(RuntimeError):
     """A call was refused because it does not fit in what is left of `llm.budget_usd`."""
 
-    reason_code = "budget_exhausted"  # a job that fails with it (gymforge.core.job.classify)
+    reason_code = "budget_exhausted"  # a job that fails with it (gymforge.runtime.job.classify)
 
 
 def _alive(pid: int, started: float | None) -> bool:

@@ -18,7 +18,7 @@ from typing import Literal
 
 from pyflakes import checker, messages
 
-from gymforge.core.codecheck import check_python
+from gymforge.runtime.codecheck import check_python
 from gymforge.offline.families.common import (
     HIGHER_IS_BETTER,
     Column,

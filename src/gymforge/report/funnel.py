@@ -13,7 +13,7 @@ from pydantic import BaseModel, Field
 from gymforge.benchmark.decontamination import dropped_items
 from gymforge.benchmark.suite import load_benchmark
 from gymforge.core.config import GymforgeConfig
-from gymforge.core.locks import stale_lock_state
+from gymforge.runtime.locks import stale_lock_state
 from gymforge.core.plan import parts_dir, run_folder, shard_ids, shard_rollouts
 from gymforge.core.records import (
     GenerationRecord,

@@ -175,7 +175,7 @@ def evaluators_html(results: Path) -> str:
 
 
 def tracker_html(results: Path) -> str:
-    """Where the SFT and RL curves were also logged (trackio's store under results/, gymforge.core.tracking)."""
+    """Where the SFT and RL curves were also logged (trackio's store under results/, gymforge.runtime.tracking)."""
     store = Path(results) / "trackio"
     projects = sorted(p.stem for p in store.glob("*.db"))
     if not projects:

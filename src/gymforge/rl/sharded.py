@@ -4,7 +4,7 @@ A full-parameter update of Qwen3-4B/8B does not fit one 80 GB GPU (docs/rl.md, "
 `rl.gpus > 1` the `train_rl` driver (one process: serving, episodes, rewards, advantages, duration weights,
 tokenization, as before) hands each iteration's update to `rl.gpus` worker processes and waits for them:
 
-    accelerate launch --config_file gymforge/core/accelerate/<rl.strategy>.yaml --num_processes <rl.gpus>
+    accelerate launch --config_file gymforge/runtime/accelerate/<rl.strategy>.yaml --num_processes <rl.gpus>
         -m gymforge.rl.sharded <job.json>                                            (`launch_command`)
 
 The workers start after the policy server of the iteration has stopped and exit before the next one starts,
@@ -75,12 +75,12 @@ from pathlib import Path
 from typing import Any, Iterator, Sequence
 
 from gymforge.core import atomic
-from gymforge.core.launch import accelerate_config, accelerate_launch
+from gymforge.runtime.launch import accelerate_config, accelerate_launch
 from gymforge.rl.grpo import mismatch, mismatch_stats, reply_logprobs, reply_start, sample_loss, tokenize
 
 log = logging.getLogger("gymforge.rl.sharded")
 
-# SFT's accelerate configs (gymforge/core/accelerate/<strategy>.yaml; `gymforge.stages.training` launches SFT with them)
+# SFT's accelerate configs (gymforge/runtime/accelerate/<strategy>.yaml; `gymforge.stages.training` launches SFT with them)
 JOB = "job.json"
 SAMPLES = "samples.pt"
 STATS = "stats.json"
@@ -94,7 +94,7 @@ STRATEGIES = ("fsdp", "deepspeed", "ddp")
 
 def launch_command(cfg: Any, job: str | Path, *, port: int | None = None) -> list[str]:
     """The command that runs the update of `job` (a job.json): one plain process for `rl.gpus <= 1`, else
-    `accelerate launch` with the `rl.strategy` config of SFT (`gymforge/core/accelerate/<strategy>.yaml`) and one
+    `accelerate launch` with the `rl.strategy` config of SFT (`gymforge/runtime/accelerate/<strategy>.yaml`) and one
     process per GPU. `port`: the rendezvous port (default: accelerate's)."""
     rl = cfg.rl
     module = ["-m", "gymforge.rl.sharded", str(job)]

@@ -19,7 +19,7 @@ from typing import Any, Protocol
 from pydantic import BaseModel, Field, field_validator
 
 from gymforge.core.config import SandboxConfig
-from gymforge.core.cpus import cpu_threads
+from gymforge.runtime.cpus import cpu_threads
 
 from . import beneath
 

@@ -31,7 +31,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from gymforge.core.procs import pid_alive
+from gymforge.runtime.procs import pid_alive
 
 from .base import tree_bytes
 

@@ -23,16 +23,17 @@ import time
 from pathlib import Path
 from typing import Any
 
-from gymforge.core import atomic, nodelocal
+from gymforge.core import atomic
+from gymforge.runtime import nodelocal
 from gymforge.core.config import EndpointConfig, GymforgeConfig, ModelSpec, RequestOptions
-from gymforge.core.job import SCRATCH_ENV
-from gymforge.core.progress import Progress
+from gymforge.runtime.job import SCRATCH_ENV
+from gymforge.runtime.progress import Progress
 from gymforge.core.records import (EvalRecord, Exit, RunSummary, Trajectory, UsageRecord, derive_seed, final_submission,
                                    text_hash)
 from gymforge.core.plan import SERVED_SOURCES, model_spec, run_folder, run_ids, teacher_identity  # noqa: F401  (re-exported)
 from gymforge.benchmark.decontamination import ContaminationError, describe, proposal_extra, run
 from gymforge.benchmark.suite import load_benchmark, require_runnable
-from gymforge.core.gpus import device_total, visible_devices
+from gymforge.runtime.gpus import device_total, visible_devices
 from gymforge.llm.client import LLMClient
 from gymforge.llm.serving import open_endpoint
 from gymforge.tasks.datacache import cache_root

@@ -43,7 +43,8 @@ from pathlib import Path
 from typing import Any, Callable
 
 from gymforge.benchmark.decontamination import dropped_items
-from gymforge.core import atomic, tracking
+from gymforge.core import atomic
+from gymforge.runtime import tracking
 from gymforge.core.config import EndpointConfig, GymforgeConfig, ModelSpec
 from gymforge.core.records import derive_seed, text_hash
 from gymforge.rl.rewards import Episode, episode_reward

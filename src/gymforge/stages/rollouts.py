@@ -29,9 +29,10 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
-from gymforge.core import atomic, nodelocal
+from gymforge.core import atomic
+from gymforge.runtime import nodelocal
 from gymforge.core.config import GymforgeConfig
-from gymforge.core.progress import Progress
+from gymforge.runtime.progress import Progress
 from gymforge.core.records import (
     Exit,
     RolloutRecord,

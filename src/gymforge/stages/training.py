@@ -51,7 +51,7 @@ Contracts:
   already trained, so the weights end as an uninterrupted run's; `metrics.jsonl` keeps the rows logged before the
   checkpoint. After success the folder is removed: the final model supersedes it.
 - Multi-GPU (`train.gpus > 1`): `launch_command` wraps the same CLI in `accelerate launch` with
-  `gymforge/core/accelerate/<strategy>.yaml` (ddp, fsdp: FSDP2 full shard wrapping `Qwen3DecoderLayer`,
+  `gymforge/runtime/accelerate/<strategy>.yaml` (ddp, fsdp: FSDP2 full shard wrapping `Qwen3DecoderLayer`,
   deepspeed: ZeRO-3). Every rank runs `train_student`; only the main process writes files. LoRA adapters are
   gathered, then merged into the base by the main process in a clean subprocess (no distributed state).
 """
@@ -74,13 +74,14 @@ from typing import Any, Iterable, Iterator, Sequence
 
 from pydantic import BaseModel, Field
 
-from gymforge.core import atomic, tracking
+from gymforge.core import atomic
+from gymforge.runtime import tracking
 from gymforge.core.config import GymforgeConfig
-from gymforge.core.launch import accelerate_launch
+from gymforge.runtime.launch import accelerate_launch
 from gymforge.hub.data import quiet_datasets
 from gymforge.student import resume
 from gymforge.student.base import build_base, train_seed
-from gymforge.core.cpus import cpu_threads
+from gymforge.runtime.cpus import cpu_threads
 from gymforge.student.cpu_training import compact_lm_head, prepare_cpu_process, set_cpu_threads
 from gymforge.student.masks import TrainingError, check_chat_template, tokenize_turns
 from gymforge.student.tokenizer import load_tokenizer

@@ -15,7 +15,7 @@ that (the rest: RMSNorm, RoPE, SiLU, residual adds, the optimizer, the trainer's
   tile shapes for compilers) and folds each tile with a dozen elementwise passes, forward and again in the
   backward. With the loss on assistant tokens only (10-20% of an agent trajectory) that work is mostly thrown away:
   it was 31% of a step. `compact_lm_head` wraps the fused forward so that on CPU it projects the labelled positions
-  only: the same loss, gradients, entropy and top-1 accuracy (`tests/test_training.py` checks them against TRL's).
+  only: the same loss, gradients, entropy and top-1 accuracy (`tests/stages/test_training.py` checks them against TRL's).
 - **Spinning OpenMP threads.** GNU OpenMP (torch's on Linux) lets a thread that reaches a barrier spin for a while.
   On a machine whose cores other processes also want, a spinning thread holds a core while the thread it waits for
   is descheduled: with a test run beside it, training on 2 threads went 2-4x slower than on 1 thread.
@@ -43,7 +43,7 @@ import sys
 import types
 from typing import Any
 
-from gymforge.core.cpus import cpu_threads
+from gymforge.runtime.cpus import cpu_threads
 
 # Logits of at most this many elements (tokens x vocabulary) are computed at once: 128 MiB in float32. The offline
 # student's 4,096-token vocabulary fits 8,192 trained tokens, a whole max_length; a larger vocabulary (SmolLM2's

@@ -66,7 +66,7 @@ class TaskEnvironment:
     `hidden_columns` (split -> columns) applies to the first local dataset (the one at `data/`, a
     Hugging Face dataset saved with `save_to_disk`): the columns are removed from the agent's copy of that
     split and written, with `id` = row position, to `answers.csv` among the secrets.
-    `gpus` is the count torchrun gets for LM tasks (None: `gymforge.core.gpus.gpu_count`); the backend must expose them.
+    `gpus` is the count torchrun gets for LM tasks (None: `gymforge.runtime.gpus.gpu_count`); the backend must expose them.
     `dataset_cache` is the root of the host's dataset cache (`gymforge.stages.datasets`): datasets the task loads
     from the hub by id (not `is_local`) must be fetched there, and every run sees them read-only, offline.
     `base_model` overrides a post-training task's base; `model_cache` holds the base models built or fetched for them.

@@ -19,7 +19,7 @@ import yaml
 from pydantic import BaseModel, ValidationError
 
 from gymforge.core import atomic
-from gymforge.core.codecheck import check_columns, check_python
+from gymforge.runtime.codecheck import check_columns, check_python
 from gymforge.core.records import GenerationRecord, ProposalRecord
 from gymforge.tasks.mlgym import (
     PLACEHOLDER,

@@ -30,7 +30,7 @@ from pydantic import (
     model_validator,
 )
 
-from gymforge.core.plan import ID_MAX_LENGTH, check_task_id, short_repr
+from gymforge.core.ids import ID_MAX_LENGTH, check_task_id, short_repr
 
 Entrypoint = Literal["CSVSubmissionTasks", "ModelSubmissionTasks", "LMSubmissionTasks", "PythonSubmissionTasks"]
 DEFAULT_TRAINING_TIMEOUT = 3600  # MLGym's MLGYM_AGENT_LONG_TIMEOUT default, used when training_timeout is unset

@@ -48,7 +48,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from gymforge.agent.errors import EvaluationFormatError, SubmissionNotFound
 from gymforge.core import atomic
-from gymforge.core.cpus import cpu_threads
+from gymforge.runtime.cpus import cpu_threads
 from gymforge.core.config import GymforgeConfig, ReferenceSftConfig
 from gymforge.core.dedup import words
 from gymforge.core.records import Flag

@@ -19,7 +19,7 @@ import shutil
 import time
 from pathlib import Path, PurePosixPath
 
-from gymforge.core.gpus import gpu_count
+from gymforge.runtime.gpus import gpu_count
 from gymforge.hub.data import quiet_datasets
 from gymforge.sandbox import Limits, Mount, SandboxBackend, make_readable
 from gymforge.sandbox.base import WORKDIR

@@ -20,7 +20,7 @@ from typing import Any
 
 from gymforge.core import atomic
 from gymforge.core.config import GymforgeConfig, config_or_defaults
-from gymforge.core.gpus import gpu_count
+from gymforge.runtime.gpus import gpu_count
 from gymforge.core.records import CheckReport, CoherenceReport, VerificationReport, derive_seed
 from gymforge.tasks.metrics import metric_direction, stated_direction
 from gymforge.sandbox import Limits

@@ -10,7 +10,7 @@ of the partition the run will use), one line per check.
 - `teacher`: this host reaches the configured teacher endpoint (a TCP connection within a few seconds).
 - `hub`: this host reaches the Hugging Face hub, or the hub is off (`HF_HUB_OFFLINE=1`: jobs read what was fetched
   before); unreachable is a warning, since compute nodes often have no internet.
-- `ledger-locks`: flock on the results directory holds for every process of the run (`gymforge.core.sharedfs`).
+- `ledger-locks`: flock on the results directory holds for every process of the run (`gymforge.runtime.sharedfs`).
 
 Exit status 1 when a check fails; `warn` and `skip` lines do not fail. `--json` prints the same as a list.
 """
@@ -28,7 +28,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from urllib.parse import urlsplit
 
-from gymforge.core import sharedfs
+from gymforge.runtime import sharedfs
 from gymforge.core.config import GymforgeConfig, config_or_defaults
 from gymforge.sandbox import Limits, SandboxBackend, SandboxError
 from gymforge.sandbox import cgroups

@@ -28,7 +28,7 @@ from gymforge.core import atomic
 from gymforge.agent.loop import Agent, AgentConfig, AgentTask
 from gymforge.agent.trajectory import read_trajectory
 from gymforge.core.config import GymforgeConfig, config_or_defaults
-from gymforge.core.gpus import gpu_count
+from gymforge.runtime.gpus import gpu_count
 from gymforge.interop.harbor import HarborTask, is_harbor_folder, run_harbor_episode, sandbox_for_task
 from gymforge.tasks.environment import TaskEnvironment
 from gymforge.llm.client import ChatResult, LLMClient, make_client

@@ -10,7 +10,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from gymforge.core.progress import fmt_duration
+from gymforge.runtime.progress import fmt_duration
 from gymforge.report.funnel import collect
 
 
