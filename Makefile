@@ -74,12 +74,12 @@ test: setup test-deps
 	$(BIN)/pytest -q -ra -n 2 --dist loadgroup -m heavy --durations=5
 	$(BIN)/pytest -q -ra -m serial
 
-# The edit-test loop: everything not marked slow, on three pytest-xdist workers (tests/conftest.py groups tests that
+# The edit-test loop: everything not marked slow or heavy, on three pytest-xdist workers (tests/conftest.py groups tests that
 # share an expensive fixture on one worker, and marks the docker backend's tests slow).
 test-fast: setup
 	$(BIN)/ruff check src tests bench
 	$(BIN)/lint-imports
-	$(BIN)/pytest -q -ra -n 3 --dist loadgroup -m "not slow" --cpu-durations=10
+	$(BIN)/pytest -q -ra -n 3 --dist loadgroup -m "not slow and not heavy" --cpu-durations=10
 
 schemas: $(BIN)/gymforge
 	$(BIN)/gymforge schemas
