@@ -20,6 +20,7 @@ from gymforge.agent.loop import Agent, AgentConfig, AgentTask
 from gymforge.agent.trajectory import Trajectory
 from gymforge.core.config import GymforgeConfig
 from gymforge.tasks.environment import TaskEnvironment
+from gymforge.tasks.harbor import HarborEnvironment, is_harbor_folder
 from gymforge.sandbox import Limits, SandboxBackend, get_sandbox
 from gymforge.tasks.datacache import cache_root
 from gymforge.tasks.posttraining import post_training_settings
@@ -64,9 +65,12 @@ class EpisodeRunner:
         return self._interface
 
     def environment(self, task_yaml: Path, *, root: Path, run_dir: Path,
-                    hidden_columns: dict[str, list[str]] | None = None, skills: bool = False) -> TaskEnvironment:
+                    hidden_columns: dict[str, list[str]] | None = None, skills: bool = False) -> TaskEnvironment | HarborEnvironment:
         """A task environment in this runner's sandbox, with its limits and dataset cache; `skills`: its sessions
-        get the workflow skills (post-training tasks)."""
+        get the workflow skills (post-training tasks). A Harbor task folder in place of `task_yaml` gives a
+        `HarborEnvironment` (its verifier scores it; no hidden columns, no skills)."""
+        if is_harbor_folder(task_yaml):
+            return HarborEnvironment(task_yaml, run_dir, sandbox=self.sandbox, limits=self.limits)
         kind = SkillsEnvironment if skills else TaskEnvironment
         env = kind(task_yaml, root=root, sandbox=self.sandbox, run_dir=run_dir, limits=self.limits,
                     hidden_columns=hidden_columns, dataset_cache=self.dataset_cache,
@@ -87,9 +91,10 @@ class EpisodeRunner:
         """One episode; `out_dir` receives MLGym's `<task>.traj` and results.json; `run_dir` is removed after.
         `interface` overrides the runner's (`agent.interface`) for this episode."""
         loop = asyncio.get_running_loop()
-        workflow = (interface or self.interface) == "workflow"
+        workflow = (interface or self.interface) == "workflow" and not is_harbor_folder(task_yaml)
         env = self.environment(task_yaml, root=root, run_dir=run_dir, hidden_columns=hidden_columns, skills=workflow)
-        task = AgentTask(id=env.task.id, description=env.description, baseline=baseline, training_timeout=env.timeout)
+        task_id = env.id if isinstance(env, HarborEnvironment) else env.task.id
+        task = AgentTask(id=task_id, description=env.description, baseline=baseline, training_timeout=env.timeout)
         # The session is opened (and closed) in a thread that lives as long as the episode: a bwrap sandbox
         # dies with the thread that started it.
         opener = ThreadPoolExecutor(1, thread_name_prefix=f"episode-{task.id}-{seed}")
