@@ -341,3 +341,59 @@ def test_the_harbor_task_step_under_its_rules_view(tmp_path: Path, sandbox, base
     assert json.loads((results / "harbor" / "t0001" / "not_exported.json").read_text())["slot"] == "t0001"
     rules = (Path(__file__).resolve().parents[2] / "rules" / "interop.smk").read_text()
     assert "rule harbor_task:" in rules and "rule harbor:" in rules and '"harbor-task"' in rules
+
+
+# -- `gymforge check-task FOLDER`: the checks Harbor's contract allows ------------------------------------------
+
+def test_check_task_passes_the_hello_world_and_small_ml_folders(tmp_path: Path, sandbox, harbor_models) -> None:
+    """Both folders validate (with Harbor's own TaskConfig: the fixture made `harbor` importable), their solutions
+    score above doing nothing, their verifiers give the same rewards twice, and no answer is in environment/."""
+    from gymforge.tasks.harbor import check_harbor_task
+
+    for name, files in (("hello-world", HELLO), ("tiny-ml", ML)):
+        report = check_harbor_task(write_task(tmp_path / name, files), tmp_path / f"check-{name}", sandbox=sandbox)
+        audit = report.harbor
+        assert audit.validator == "harbor TaskConfig" and not audit.failures, audit
+        assert audit.solution["reward"] == 1.0 and audit.nothing["reward"] == 0.0 and audit.deterministic
+        assert (report.metric, report.baseline, report.gameable) == ("reward", 1.0, False)
+    assert audit.not_carried_out == ["RUN pip install scikit-learn"]
+
+
+BROKEN = {  # each: the ML folder with one fault, and the words check-task says about it
+    "random-verifier": ({"tests/test.sh": "#!/bin/bash\npython3 /tests/score.py\npython3 -c \"import json, random; "
+                                          "p = '/logs/verifier/reward.json'; r = json.load(open(p)); "
+                                          "r['noise'] = random.random(); json.dump(r, open(p, 'w'))\"\n"},
+                        "the verifier is not deterministic"),
+    "answers-shipped": ({"environment/data/expected_predictions.csv": "label\n0\n0\n1\n1\n"},
+                        "the solution's output /app/predictions.csv is in the agent's environment"),
+    "always-one": ({"tests/test.sh": "#!/bin/bash\necho 1 > /logs/verifier/reward.txt\n"},
+                   "doing nothing scores reward = 1, as well as the solution"),
+    "misspelt-key": ({"task.toml": ML["task.toml"].replace("gpus = 1", "gpu = 1")},
+                     "task.toml: unknown key environment.gpu"),
+}
+
+
+@pytest.mark.parametrize("fault", sorted(BROKEN))
+def test_check_task_finds_a_broken_harbor_folder(fault: str, tmp_path: Path, sandbox) -> None:
+    from gymforge.tasks.harbor import check_harbor_task
+
+    change, said = BROKEN[fault]
+    report = check_harbor_task(write_task(tmp_path / fault, {**ML, **change}), tmp_path / "check", sandbox=sandbox)
+    assert any(said in failure for failure in report.harbor.failures), report.harbor.failures
+    assert len(report.harbor.failures) == 1, report.harbor.failures  # the fault, and nothing else
+
+
+def test_check_task_on_an_exported_folder_and_its_exit_status(exported: Path, baseline, tmp_path: Path) -> None:
+    """export -> `gymforge check-task FOLDER`: the baseline is gymforge's own to 1e-6, doing nothing is no better,
+    no held-out label row is in environment/; a folder that ships its answers exits 1 and says why."""
+    proc = subprocess.run([sys.executable, "-m", "gymforge", "check-task", str(exported), "--out",
+                           str(tmp_path / "w"), "--json", str(tmp_path / "r.json")],
+                          capture_output=True, text=True, timeout=300, cwd=tmp_path)
+    assert proc.returncode == 0, proc.stdout + proc.stderr[-2000:]
+    report = json.loads((tmp_path / "r.json").read_text())
+    assert (report["metric"], report["higher_is_better"]) == ("rmse", False)
+    assert abs(report["baseline"] - baseline["rmse"]) < 1e-6 and not report["harbor"]["failures"]
+    leaky = write_task(tmp_path / "leaky", {**ML, "environment/data/expected_predictions.csv": "label\n0\n0\n1\n1\n"})
+    proc = subprocess.run([sys.executable, "-m", "gymforge", "check-task", str(leaky), "--out", str(tmp_path / "w2")],
+                          capture_output=True, text=True, timeout=300, cwd=tmp_path)
+    assert proc.returncode == 1 and "answer visible to the agent" in proc.stderr, proc.stdout + proc.stderr

@@ -105,7 +105,7 @@ class ProbeOutcome(BaseModel):
     """One evaluator probe (`gymforge.tasks.probes`): a knowledge-free degenerate submission and its fate."""
 
     name: str
-    kind: Literal["csv", "python", "model", "posttraining"]
+    kind: Literal["csv", "python", "model", "posttraining", "harbor"]
     description: str
     submission_file: str = Field(description="The workspace file the probe wrote (the one quoted below).")
     submission: str = Field(description="The start of that file.")
@@ -193,6 +193,24 @@ class VerificationReport(ItemRecord):
     higher_is_better: bool | None = None
 
 
+class HarborAudit(BaseModel):
+    """`gymforge check-task` on a Harbor task folder (`gymforge.tasks.harbor.check_harbor_task`): what Harbor's
+    contract lets one check of a tests/test.sh verifier without knowing the task."""
+
+    validator: str = Field(description="What read task.toml: Harbor's own TaskConfig where it imports, else "
+                           "gymforge's reading of its schema.")
+    schema_problems: list[str] = Field([], description="Why task.toml or the folder's layout is not Harbor's.")
+    solution: dict[str, float] | None = Field(None, description="The verifier's rewards for solution/solve.sh.")
+    nothing: dict[str, float] | None = Field(None, description="The verifier's rewards when the agent does "
+                                             "nothing (Harbor's nop agent): the floor.")
+    repeat: dict[str, float] | None = Field(None, description="The verifier run again on the solution's files.")
+    deterministic: bool | None = Field(None, description="The two verifier runs on the same files agree.")
+    leaks: list[str] = Field([], description="Answers the agent can read: a data file of tests/ or solution/, or "
+                             "the solution's output, found in environment/.")
+    not_carried_out: list[str] = Field([], description="Dockerfile lines gymforge's local sandbox does not run.")
+    failures: list[str] = Field([], description="The checks that failed, in words; empty: the folder passed.")
+
+
 class CheckReport(BaseModel):
     """`gymforge check-task`: the task's evaluator probed; `gameable` when any probe beat the baseline."""
 
@@ -207,6 +225,8 @@ class CheckReport(BaseModel):
     seconds: float | None = None
     coherence: CoherenceReport | None = Field(None, description="The task's text against its config, evaluator "
                                               "and data (`gymforge.tasks.coherence`).")
+    harbor: HarborAudit | None = Field(None, description="A Harbor task folder's checks (its baseline is the "
+                                       "solution's score; the probe is doing nothing).")
 
     @property
     def gameable_probes(self) -> list[ProbeOutcome]:

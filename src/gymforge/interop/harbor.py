@@ -27,10 +27,13 @@ backend with the GPUs a task declares.
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
 import shlex
 import shutil
 import tempfile
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -41,6 +44,8 @@ from gymforge.core.records import VerificationReport
 from gymforge.interop import harbor_verifier
 from gymforge.interop.trl_env import task_rows
 from gymforge.rl.rollouts import load_task
+from gymforge.runtime import gpus
+from gymforge.runtime.gpus import gpu_count, visible_devices
 from gymforge.sandbox import Limits, SandboxBackend
 from gymforge.tasks.environment import EVALKIT, TaskEnvironment
 from gymforge.tasks.episode import sandbox_for
@@ -49,7 +54,7 @@ from gymforge.tasks.harbor import (HarborEnvironment, HarborRun, HarborTask, age
 
 __all__ = ["DEFAULT_IMAGE", "Exported", "HarborEnvironment", "HarborExportError", "HarborRun", "HarborTask",
            "SCHEMA_VERSION", "agent_image_tag", "docker_trial", "dump_toml", "export_results", "export_task",
-           "harbor_task", "is_harbor_folder", "run_harbor_episode", "run_harbor_task", "sandbox_for_task"]
+           "harbor_task", "is_harbor_folder", "leased_sandbox", "run_harbor_episode", "run_harbor_task", "sandbox_for_task"]
 
 SCHEMA_VERSION = "1.4"  # task.toml's schema_version in harbor 0.25.0 (harbor/models/task/config.py, TaskConfig)
 HARBOR_VERSION = "0.25.0"
@@ -200,6 +205,31 @@ def export_results(results: Path, out: Path, *, sandbox: SandboxBackend, micro: 
 def sandbox_for_task(cfg: GymforgeConfig, task: HarborTask) -> SandboxBackend:
     """The configured backend with the GPUs the task declares."""
     return sandbox_for(cfg, task.gpus)
+
+
+@contextlib.contextmanager
+def leased_sandbox(cfg: GymforgeConfig, task: HarborTask, *, say: Callable[[str], None] = print,
+                   env: dict[str, str] | None = None) -> Iterator[SandboxBackend]:
+    """The configured backend for a Harbor task run by hand (`run-task`, `check-task`, `harbor-run`), with the GPUs
+    its task.toml declares leased as Snakemake jobs lease theirs (`gymforge.runtime.gpus`): a process that already
+    sees a lease or a scheduler's devices (CUDA_VISIBLE_DEVICES set, as `gymforge with-gpus` sets it) uses those; else
+    the devices are locked for as long as the block runs and CUDA_VISIBLE_DEVICES names them. A task that declares
+    more GPUs than there are here runs with those there are (none on a CPU-only machine), and `say` tells so."""
+    env = os.environ if env is None else env
+    want = task.gpus
+    have = len(ids) if (ids := visible_devices(env)) is not None else gpu_count(env)
+    n = min(want, have)
+    if n < want:
+        say(f"{task.folder.name}: task.toml declares {want} GPU(s) and {have} are here: it runs with {n}")
+    if n == 0 or visible_devices(env) is not None:
+        yield sandbox_for(cfg, n)
+        return
+    with gpus.lease(n) as leased:
+        env["CUDA_VISIBLE_DEVICES"] = ",".join(leased)  # unset before (checked above): unset again after
+        try:
+            yield sandbox_for(cfg, n)
+        finally:
+            env.pop("CUDA_VISIBLE_DEVICES", None)
 
 
 # -- the Snakemake step: one slot's Harbor folder (rule harbor_task, target `harbor`) ---------------------------

@@ -18,6 +18,7 @@ import json
 import re
 import shlex
 import shutil
+import time
 import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -25,6 +26,7 @@ from typing import Any
 
 from gymforge.agent.errors import SubmissionNotFound
 from gymforge.agent.loop import Agent, AgentConfig, AgentTask
+from gymforge.core.records import CheckReport, HarborAudit, ProbeOutcome
 from gymforge.sandbox import ExecResult, Limits, Mount, SandboxBackend
 
 
@@ -109,7 +111,8 @@ class HarborTask:
                    memory_mb=environment.get("memory_mb"), agent_timeout_s=float(agent.get("timeout_sec") or 600),
                    verifier_timeout_s=float(verifier.get("timeout_sec") or 600),
                    separate_verifier=mode == "separate" or (mode is None and "environment" in verifier),
-                   artifacts=list(config.get("artifacts", [])), copies=copies, ignored=ignored,
+                   artifacts=[a if isinstance(a, str) else a["source"] for a in config.get("artifacts", [])],
+                   copies=copies, ignored=ignored,
                    metadata=dict(config.get("metadata") or {}))
 
     def materialize(self, dest: Path) -> Path:
@@ -355,3 +358,198 @@ def run_harbor_episode(folder: Path, out: Path, llm: Any, *, sandbox: SandboxBac
         Agent(llm, session, env, task, AgentConfig(max_steps=max_steps), seed=seed, mounts=env.mounts,
               out_dir=Path(out), meta={"harbor_task": str(env.folder), "sandbox": sandbox.name, **(meta or {})}).run()
     return Path(out) / f"{env.id}.traj"
+
+
+# -- `gymforge check-task FOLDER`: what can be checked of a Harbor task without knowing it ------------------------
+
+# Harbor 0.25's task.toml (harbor/models/task/config.py, TaskConfig, schema_version "1.4"): the keys of its tables
+# gymforge checks against when Harbor itself cannot be imported (it installs on Python >= 3.12 only).
+_SCHEMA: dict[str, set[str] | None] = {
+    "": {"schema_version", "task", "metadata", "verifier", "agent", "environment", "solution", "source",
+         "multi_step_reward_strategy", "steps", "artifacts"},
+    "task": {"name", "version", "description", "authors", "keywords"},
+    "metadata": None,  # free-form
+    "agent": {"timeout_sec", "user", "network_mode", "allowed_hosts"},
+    "verifier": {"timeout_sec", "env", "user", "environment_mode", "environment", "collect", "network_mode",
+                 "allowed_hosts"},
+    "environment": {"build_timeout_sec", "docker_image", "os", "cpus", "memory_mb", "storage_mb", "gpus",
+                    "gpu_types", "tpu", "mcp_servers", "env", "skills_dir", "healthcheck", "workdir",
+                    "allow_internet", "network_mode", "allowed_hosts"},
+    "solution": {"env"},
+}
+_NUMBERS = {"environment": ("cpus", "memory_mb", "storage_mb", "gpus", "build_timeout_sec"),
+            "agent": ("timeout_sec",), "verifier": ("timeout_sec",)}
+_ANSWER_NAME = re.compile(r"answer|label|truth|gold|expected|solution|secret|hidden", re.I)
+_DATA_SUFFIXES = {".csv", ".tsv", ".txt", ".json", ".jsonl", ".npy", ".parquet"}
+
+
+def validate_folder(folder: Path) -> tuple[str, list[str]]:
+    """(what validated it, the problems) of a Harbor task folder: task.toml through Harbor's own `TaskConfig` when
+    `harbor` imports, else against the keys and types of Harbor 0.25's schema (Harbor ignores unknown keys, so a
+    misspelt one is reported here); the files Harbor's trial needs."""
+    folder = Path(folder)
+    problems = [f"no {rel}" for rel in ("task.toml", "instruction.md", "tests/test.sh") if not (folder / rel).is_file()]
+    if not (folder / "task.toml").is_file():
+        return "none", problems
+    text = (folder / "task.toml").read_text()
+    try:
+        config = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as err:
+        return "tomllib", [*problems, f"task.toml is not TOML: {err}"]
+    environment = config.get("environment") if isinstance(config.get("environment"), dict) else {}
+    if not (folder / "environment" / "Dockerfile").is_file() and not environment.get("docker_image") and not (
+            folder / "environment" / "docker-compose.yaml").is_file():
+        problems.append("no environment/Dockerfile (nor docker-compose.yaml, nor [environment] docker_image)")
+    try:
+        from harbor.models.task.config import TaskConfig  # type: ignore[import-not-found]
+    except Exception:  # noqa: BLE001 - not installed (Python < 3.12), or its package's imports fail
+        TaskConfig = None
+    validator = "harbor TaskConfig" if TaskConfig is not None else "gymforge's reading of Harbor 0.25's schema 1.4"
+    if TaskConfig is not None:
+        try:
+            TaskConfig.model_validate_toml(text)
+        except Exception as err:  # noqa: BLE001 - pydantic's ValidationError, or TOML's
+            problems.append(f"Harbor's TaskConfig refuses task.toml: {err}")
+    for table, keys in _SCHEMA.items():
+        body = config if not table else config.get(table, {})
+        if not isinstance(body, dict):
+            problems.append(f"task.toml: {table} must be a table")
+            continue
+        if keys is not None:
+            problems += [f"task.toml: unknown key {(table + '.') if table else ''}{k}" for k in body if k not in keys]
+    for table, keys in _NUMBERS.items():
+        body = config.get(table, {})
+        for key in keys:
+            value = body.get(key) if isinstance(body, dict) else None
+            if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0):
+                problems.append(f"task.toml: {table}.{key} must be a non-negative number, not {value!r}")
+    return validator, problems
+
+
+def _lines(path: Path) -> list[str] | None:
+    try:
+        return path.read_text().splitlines()
+    except (UnicodeDecodeError, OSError):
+        return None
+
+
+def _contains_block(haystack: list[str], block: list[str]) -> bool:
+    n = len(block)
+    return any(haystack[i:i + n] == block for i in range(len(haystack) - n + 1))
+
+
+def find_leaks(folder: Path, solution_output: dict[str, bytes] | None = None) -> list[str]:
+    """Answers an agent could read in environment/ (everything the image can be built from): a data file of tests/
+    or solution/ named like an answer (answers, labels, truth, expected, ...) that is there as it is, a data file
+    of tests/ or solution/ whose rows (after the header) are all there in one file, and a file the solution wrote
+    (`solution_output`: its path -> contents) that is there with the same contents."""
+    folder = Path(folder)
+    env_files = [p for p in (folder / "environment").rglob("*") if p.is_file() and not p.is_symlink()]
+    by_bytes: dict[bytes, Path] = {}
+    for path in env_files:
+        by_bytes.setdefault(hashlib.sha256(path.read_bytes()).digest(), path)
+    env_lines = {path: _lines(path) for path in env_files if path.suffix.lower() in _DATA_SUFFIXES}
+    found = []
+    for side in ("tests", "solution"):
+        for path in sorted(p for p in (folder / side).rglob("*") if p.is_file() and not p.is_symlink()):
+            if path.suffix.lower() not in _DATA_SUFFIXES:
+                continue
+            rel = path.relative_to(folder)
+            same = by_bytes.get(hashlib.sha256(path.read_bytes()).digest())
+            if same is not None:
+                if _ANSWER_NAME.search(path.name):
+                    found.append(f"{rel} is in the agent's environment as {same.relative_to(folder)}")
+                continue  # the same file on both sides: data the agent is meant to see
+            lines = _lines(path)
+            rows = [line for line in (lines or [])[1:] if line.strip()] if lines else []
+            if len(rows) >= 2:
+                for other, their in env_lines.items():
+                    if their and _contains_block(their, rows):
+                        found.append(f"the rows of {rel} are in the agent's environment, in {other.relative_to(folder)}")
+                        break
+    for name, data in (solution_output or {}).items():
+        same = by_bytes.get(hashlib.sha256(data).digest()) if data.strip() else None
+        if same is not None:
+            found.append(f"the solution's output {name} is in the agent's environment as {same.relative_to(folder)}")
+    return found
+
+
+def _written(before: dict[str, bytes], root: Path) -> dict[str, bytes]:
+    after = {str(p.relative_to(root)): p.read_bytes() for p in root.rglob("*") if p.is_file() and not p.is_symlink()}
+    return {f"/{k}": v for k, v in after.items() if before.get(k) != v}
+
+
+def check_harbor_task(folder: Path, work: Path, *, sandbox: SandboxBackend, limits: Limits | None = None) -> CheckReport:
+    """`gymforge check-task` on a Harbor task folder: a `CheckReport` whose `harbor` part says, each as a check:
+    the folder is Harbor's (`validate_folder`); solution/solve.sh scores strictly above doing nothing (Harbor's nop
+    agent), which must still get a reward (a verifier that writes none when there is nothing to read fails the trial
+    instead of scoring it); the verifier gives the same rewards twice on the same files; no answer is in
+    environment/ (`find_leaks`). The report's baseline is the solution's score and its one probe is doing nothing,
+    `gameable` when nothing scores as well as the solution; the metric is `[metadata] metric` (gymforge's exports),
+    else `reward`."""
+    t0 = time.monotonic()
+    folder, work = Path(folder).resolve(), Path(work)
+    limits = limits or Limits()
+    validator, problems = validate_folder(folder)
+    audit = HarborAudit(validator=validator, schema_problems=problems)
+    failures = [f"not a Harbor task folder: {p}" for p in problems]
+    task = HarborTask.read(folder) if (folder / "task.toml").is_file() and not any(
+        p.startswith("task.toml is not TOML") for p in problems) else None
+    metric = str((task.metadata.get("metric") if task else None) or "reward")
+    higher = bool(task.metadata.get("higher_is_better", True)) if task else True
+    report = CheckReport(task_id=folder.name, entrypoint="harbor", metric=metric, higher_is_better=higher,
+                         baseline=float("nan"), baseline_source="measured", harbor=audit)
+    if task is None or not (folder / "tests" / "test.sh").is_file():
+        audit.failures, report.seconds = failures, round(time.monotonic() - t0, 3)
+        return report
+    audit.not_carried_out = list(task.ignored)
+    output: dict[str, bytes] = {}
+    if (folder / "solution" / "solve.sh").is_file():
+        before_root = task.materialize(work / "before")
+        before = {str(p.relative_to(before_root)): p.read_bytes() for p in before_root.rglob("*") if p.is_file()}
+        solved = run_harbor_task(folder, work / "solution", sandbox=sandbox, limits=limits)
+        audit.solution = solved.rewards
+        output = _written(before, work / "solution" / "agent")
+        if solved.rewards is None:
+            failures.append(f"the verifier wrote no reward for the solution (solve.sh exit "
+                            f"{solved.agent.exit_code if solved.agent else None}, test.sh exit "
+                            f"{solved.verifier.exit_code}: {solved.verifier.output[-300:]!r})")
+        else:
+            audit.repeat, _ = run_verifier(task, work / "solution" / "agent", work / "repeat", sandbox=sandbox,
+                                           limits=limits)
+            audit.deterministic = audit.repeat == solved.rewards
+            if not audit.deterministic:
+                failures.append(f"the verifier is not deterministic: {solved.rewards} then {audit.repeat} on the "
+                                "same files")
+    else:
+        failures.append("no solution/solve.sh: nothing shows the task can be solved")
+    nothing = run_harbor_task(folder, work / "nothing", sandbox=sandbox, limits=limits, solution=False)
+    audit.nothing = nothing.rewards
+    score = (audit.solution or {}).get(metric)
+    floor = (audit.nothing or {}).get(metric)
+    report.baseline = float("nan") if score is None else score
+    probe = ProbeOutcome(name="nothing", kind="harbor", description="the agent does nothing (Harbor's nop agent)",
+                         submission_file=task.workdir, submission="(the environment's files, untouched)",
+                         metrics=audit.nothing, score=floor,
+                         rejected=None if audit.nothing is not None else "the verifier wrote no reward")
+    if audit.nothing is None:
+        failures.append("doing nothing gets no reward: Harbor counts the trial as failed, not as the floor")
+    elif score is not None and floor is not None:
+        probe.gameable = floor >= score if higher else floor <= score
+        if probe.gameable:
+            failures.append(f"doing nothing scores {metric} = {floor:g}, as well as the solution ({score:g})")
+    elif score is not None:
+        probe.rejected = f"the verifier's rewards for nothing have no {metric}"
+        top, bottom = (audit.solution or {}).get("reward"), audit.nothing.get("reward")
+        if top is not None and bottom is not None and bottom >= top:  # Harbor's own reward decides then
+            probe.gameable = True
+            failures.append(f"doing nothing is rewarded {bottom:g}, as much as the solution ({top:g})")
+    report.probes = [probe]
+    report.gameable = probe.gameable
+    audit.leaks = find_leaks(folder, output)
+    failures += [f"answer visible to the agent: {leak}" for leak in audit.leaks]
+    report.gameable = report.gameable or bool(audit.leaks)
+    audit.failures = failures
+    report.seconds = round(time.monotonic() - t0, 3)
+    shutil.rmtree(work, ignore_errors=True)
+    return report

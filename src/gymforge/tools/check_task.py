@@ -1,6 +1,11 @@
 """`gymforge check-task`: check a task's text against what it does, and probe its evaluator with knowledge-free
 degenerate submissions.
 
+A Harbor task folder (task.toml, tests/test.sh, ...) in place of the task's YAML gets the checks Harbor's contract
+allows without knowing the task (`gymforge.tasks.harbor.check_harbor_task`): the folder is Harbor's, its solution
+scores above doing nothing, its verifier is deterministic, and no answer is in environment/; every check that fails
+is said, and any makes the exit status 1.
+
 The task is installed as for any episode, its baseline runs (a task without a baseline script is scored as
 installed, e.g. a game's untouched strategy; where nothing can be scored, as MLGym's `titanic`, its recorded
 `baseline_scores` stand), then every probe of `gymforge.tasks.probes` is evaluated in the same sandboxes and
@@ -32,6 +37,8 @@ from gymforge.tasks.posttraining import post_training_settings
 from gymforge.tasks.mlgym import BENCHMARK_TASKS, load_task_config
 from gymforge.tasks.probes import CheckError, measure_baseline, probe_environment
 from gymforge.benchmark.suite import SUITES
+from gymforge.interop.harbor import HarborTask, is_harbor_folder, leased_sandbox
+from gymforge.tasks.harbor import check_harbor_task
 
 __all__ = ["CheckError", "check_task", "priority_metric"]
 
@@ -133,8 +140,10 @@ def _print_coherence(report: CheckReport) -> None:
 
 def main(args: Any) -> None:
     """`gymforge check-task TASK_YAML [--root R] [--json OUT] [--metric M] [--direction D] [--report R] ...`:
-    exits 0 only when no probe scores better than the baseline."""
+    exits 0 only when no probe scores better than the baseline. A Harbor task folder: `harbor_main`."""
     cfg = config_or_defaults(args.config)
+    if is_harbor_folder(Path(args.task_yaml)):
+        return harbor_main(args, cfg)
     direction = {"higher": True, "lower": False}.get(args.direction) if args.direction else None
     verified = VerificationReport.model_validate_json(Path(args.report).read_text()) if args.report else None
     metric = args.metric or (verified.metric if verified else None)
@@ -168,3 +177,33 @@ def main(args: Any) -> None:
         sys.exit(f"gymforge check-task: {report.task_id} is gameable: {len(report.gameable_probes)} of "
                  f"{len(report.probes)} probes scored better than the baseline")
     print(f"{report.task_id}: every probe rejected or no better than the baseline")
+
+
+def harbor_main(args: Any, cfg: GymforgeConfig) -> None:
+    """`gymforge check-task FOLDER` on a Harbor task folder: one line per check; exits 1 when one fails."""
+    folder = Path(args.task_yaml)
+    cfg = cfg.model_copy(update={"sandbox": cfg.sandbox.model_copy(update={"backend": args.sandbox})})
+    with leased_sandbox(cfg, HarborTask.read(folder), say=lambda line: print(line, file=sys.stderr)) as sandbox:
+        report = check_harbor_task(folder, Path(args.out), sandbox=sandbox, limits=Limits.from_config(cfg.sandbox))
+    if args.json:
+        atomic.write_text(Path(args.json), report.model_dump_json(indent=2))
+    audit = report.harbor
+    assert audit is not None
+    verdict = lambda ok: "ok  " if ok else "FAIL"  # noqa: E731
+    print(f"{report.task_id}: Harbor task folder ({audit.validator}); metric {report.metric}, "
+          f"{'higher' if report.higher_is_better else 'lower'} is better; {report.seconds:.1f} s")
+    print(f"  {verdict(not audit.schema_problems)} the folder is Harbor's"
+          + "".join(f"\n         {p}" for p in audit.schema_problems))
+    above = audit.solution is not None and audit.nothing is not None and not report.gameable_probes
+    print(f"  {verdict(above)} the solution scores above doing nothing: solution {audit.solution}, "
+          f"nothing {audit.nothing}")
+    print(f"  {verdict(bool(audit.deterministic))} the verifier is deterministic: {audit.solution} then "
+          f"{audit.repeat} on the same files")
+    print(f"  {verdict(not audit.leaks)} no answer in environment/" + "".join(f"\n         {x}" for x in audit.leaks))
+    for line in audit.not_carried_out:
+        print(f"  note: not carried out in gymforge's sandbox (it runs on the sandbox's image; docker_trial builds "
+              f"the task's): {line}")
+    if audit.failures:
+        sys.exit(f"gymforge check-task: {report.task_id}: {len(audit.failures)} check(s) failed:\n  "
+                 + "\n  ".join(audit.failures))
+    print(f"{report.task_id}: every check passed")
