@@ -1,0 +1,93 @@
+"""The sections that score models (`evaluate`): the benchmark, the models to score and how checkpoints are served."""
+
+from __future__ import annotations
+
+import json
+from typing import Literal
+
+from pydantic import Field, model_validator
+
+from gymforge.core.ids import check_task_id
+from gymforge.core.sections.base import Strict
+from gymforge.core.sections.llm import Price, RequestOptions
+
+
+class ModelSpec(RequestOptions):
+    """One model to score. Every model is reached through an OpenAI-compatible endpoint; the request options
+    (`token_param`, `omit_params`, `reasoning_effort`, `extra_body`) apply to an `endpoint` model (a `teacher` model
+    uses llm.teacher's)."""
+
+    name: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9.-]*$", description="Run folders are <name>__<task>__run<k>; "
+                      "`baseline` is reserved for the baseline pseudo-model.")
+    source: Literal["teacher", "student-base", "student-sft", "student-rl", "endpoint", "checkpoint"] = Field(
+        description="`teacher`: llm.teacher (with `model` as its model name when set); `student-base`/`student-sft`: "
+        "the student before/after SFT, served by evaluate.serving; `student-rl`: the RL checkpoint (rule train_rl); `endpoint`: an external OpenAI-compatible endpoint "
+        "(`base_url`, `model`); `checkpoint`: a local model folder or hub id in `model`, served by evaluate.serving.")
+    model: str | None = None
+    base_url: str | None = None
+    api_key_env: str = "OPENAI_API_KEY"
+    price: Price = Price()
+
+    def identity_json(self) -> str:
+        """The spec as its runs' rerun trigger and resume fingerprint record it: the request options only where they
+        are set (`request_identity`), so the runs of a spec that sets none keep the identity they had before."""
+        text = self.model_dump_json(exclude=set(RequestOptions.model_fields))
+        return text + (json.dumps(extra, sort_keys=True) if (extra := self.request_identity()) else "")
+
+    @model_validator(mode="after")
+    def _complete(self) -> "ModelSpec":
+        if self.name == "baseline":
+            raise ValueError("`baseline` is the baseline pseudo-model's name; choose another")
+        if self.source == "endpoint" and not (self.base_url and self.model):
+            raise ValueError("an `endpoint` model needs base_url and model")
+        if self.source == "checkpoint" and not self.model:
+            raise ValueError("a `checkpoint` model needs model (a folder or a hub id)")
+        return self
+
+
+class ServingConfig(Strict):
+    backend: Literal["auto", "transformers", "vllm"] = Field(
+        "auto", description="How local checkpoints are served: `transformers` (loopback server, CPU or GPU), `vllm` "
+        "(launched per job, GPU), `auto`: vllm when gpus > 0 and vllm is installed, else transformers.")
+    gpus: int = Field(0, ge=0, description="GPUs each evaluation job of a served model declares.")
+    max_new_tokens: int = Field(1024, ge=1)
+    temperature: float = Field(0.7, ge=0, le=2)
+    startup_timeout_s: float = Field(900.0, gt=0)
+    vllm_args: list[str] = Field([], description="Extra arguments for `vllm serve` (e.g. --max-model-len 32768).")
+
+
+class EvaluateConfig(Strict):
+    benchmark: Literal["builtin", "posttraining", "mlgym"] = Field(
+        "builtin", description="`builtin`: gymforge's offline suite; `posttraining`: its post-training suite "
+        "(post-train SmolLM2-135M-Instruct on CPU, or post_training.base_model; docs/post-training.md); `mlgym`: the "
+        "tasks of the checkout at mlgym_root.")
+    mlgym_root: str | None = Field(None, description="An MLGym checkout (its configs/tasks/*.yaml and data/).")
+    tasks: list[str] | None = Field(None, description="Task ids to run; null: every task of the benchmark.")
+    runs_per_task: int = Field(4, ge=1, description="Runs per model and task (MLGym: 4, paper: 64).")
+    task_gpus: int = Field(0, ge=0, description="GPUs each run of a built-in suite's task gets (its eval_runs and "
+                           "check_benchmark_task jobs declare them): the post-training suite with a GPU base "
+                           "(post_training.base_model, e.g. Qwen/Qwen3-4B-Base) needs 1. MLGym's tasks declare their own.")
+    exclude_gameable: bool = Field(False, description="Leave benchmark tasks whose evaluator a probe games "
+                                   "(`gymforge check-task`) out of AUP, with a message; otherwise they are scored "
+                                   "and marked gameable in scores.json and the report.")
+    max_steps: int = Field(50, ge=1, description="Agent step limit per run (MLGym: 50).")
+    concurrency: int = Field(2, ge=1, description="Runs in flight at once inside one job.")
+    models: list[ModelSpec] = Field(
+        [ModelSpec(name="teacher", source="teacher"), ModelSpec(name="student-base", source="student-base"),
+         ModelSpec(name="student-sft", source="student-sft")],
+        description="Models to score; the baseline pseudo-model is always added.")
+    serving: ServingConfig = ServingConfig()
+    mem_mb: int = Field(4096, ge=256)
+    runtime_min: int = Field(240, ge=1)
+    threads: int = Field(1, ge=1, description="CPU cores each eval_runs / check_benchmark_task job declares.")
+
+    @model_validator(mode="after")
+    def _consistent(self) -> "EvaluateConfig":
+        names = [m.name for m in self.models]
+        if len(set(names)) != len(names):
+            raise ValueError(f"evaluate.models: duplicate names in {names}")
+        if self.benchmark == "mlgym" and not self.mlgym_root:
+            raise ValueError("evaluate.mlgym_root is required when benchmark is 'mlgym'")
+        for task_id in self.tasks or []:  # ids name result files: never let an odd one reach them
+            check_task_id(task_id, "evaluate.tasks: task id")
+        return self
