@@ -5,6 +5,7 @@ doing nothing scores the floor, no answer reaches the agent's files, and folders
 from __future__ import annotations
 
 import json
+import os
 import shlex
 import subprocess
 import sys
@@ -397,3 +398,34 @@ def test_check_task_on_an_exported_folder_and_its_exit_status(exported: Path, ba
     proc = subprocess.run([sys.executable, "-m", "gymforge", "check-task", str(leaky), "--out", str(tmp_path / "w2")],
                           capture_output=True, text=True, timeout=300, cwd=tmp_path)
     assert proc.returncode == 1 and "answer visible to the agent" in proc.stderr, proc.stdout + proc.stderr
+
+
+def test_a_hand_run_gpu_task_takes_a_lease_like_a_job(tmp_path: Path, monkeypatch) -> None:
+    """`run-task`, `check-task` and `harbor-run` on a folder declaring gpus = 1: on a (simulated) 2-GPU host the
+    device is locked through gymforge.runtime.gpus and named in CUDA_VISIBLE_DEVICES while the task runs; inside a
+    job that already holds devices (CUDA_VISIBLE_DEVICES set by `with-gpus`) those are used, no second lock; on a
+    CPU-only machine it runs without, and says so."""
+    from gymforge.interop.harbor import leased_sandbox
+    from gymforge.runtime import gpus
+
+    task = HarborTask.read(write_task(tmp_path / "tiny-ml", ML))
+    cfg = GymforgeConfig()
+    monkeypatch.setenv("GYMFORGE_GPU_LOCKS", str(tmp_path / "locks"))
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
+    monkeypatch.setenv("GYMFORGE_GPUS", "2")
+    with leased_sandbox(cfg, task) as sandbox:
+        held = os.environ["CUDA_VISIBLE_DEVICES"]
+        assert sandbox.gpus and held in ("0", "1")
+        host = {"GYMFORGE_GPUS": "2", "GYMFORGE_GPU_LOCKS": str(tmp_path / "locks")}  # another process's view
+        with pytest.raises(gpus.GpuTimeout):  # the device is locked: both cannot be had
+            gpus.acquire(2, timeout_s=0.2, env=host)
+    assert "CUDA_VISIBLE_DEVICES" not in os.environ and gpus.acquire(2, timeout_s=0.2, env=host).release() is None
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "1")  # a with-gpus job's lease
+    with leased_sandbox(cfg, task) as sandbox:
+        assert sandbox.gpus and os.environ["CUDA_VISIBLE_DEVICES"] == "1"
+    monkeypatch.delenv("CUDA_VISIBLE_DEVICES")
+    monkeypatch.setenv("GYMFORGE_GPUS", "0")
+    said: list[str] = []
+    with leased_sandbox(cfg, task, say=said.append) as sandbox:
+        assert not sandbox.gpus and "CUDA_VISIBLE_DEVICES" not in os.environ
+    assert said == ["tiny-ml: task.toml declares 1 GPU(s) and 0 are here: it runs with 0"]

@@ -8,7 +8,7 @@ import sys
 from pathlib import Path
 
 from gymforge.core.config import config_or_defaults
-from gymforge.interop.harbor import DEFAULT_IMAGE, HarborTask, export_results, run_harbor_task, sandbox_for_task
+from gymforge.interop.harbor import DEFAULT_IMAGE, HarborTask, export_results, leased_sandbox, run_harbor_task
 from gymforge.sandbox import Limits
 from gymforge.tasks.episode import sandbox_for
 
@@ -31,8 +31,9 @@ def run_main(args) -> None:
     cfg = config_or_defaults(args.config)
     folder = Path(args.folder)
     task = HarborTask.read(folder)
-    run = run_harbor_task(folder, Path(args.work), sandbox=sandbox_for_task(cfg, task),
-                          limits=Limits.from_config(cfg.sandbox), solution=not args.nop)
+    with leased_sandbox(cfg, task, say=lambda line: print(line, file=sys.stderr)) as sandbox:
+        run = run_harbor_task(folder, Path(args.work), sandbox=sandbox, limits=Limits.from_config(cfg.sandbox),
+                              solution=not args.nop)
     for line in run.ignored:
         print(f"not carried out by gymforge's sandbox (build the image to have it): {line}", file=sys.stderr)
     print(json.dumps({"rewards": run.rewards, "agent_exit": run.agent.exit_code if run.agent else None,

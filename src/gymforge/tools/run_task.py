@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import json
 import os
+import sys
 from pathlib import Path
 from typing import Any, NamedTuple, cast
 
@@ -29,7 +30,7 @@ from gymforge.agent.loop import Agent, AgentConfig, AgentTask
 from gymforge.agent.trajectory import read_trajectory
 from gymforge.core.config import GymforgeConfig, config_or_defaults
 from gymforge.runtime.gpus import gpu_count
-from gymforge.interop.harbor import HarborTask, is_harbor_folder, run_harbor_episode, sandbox_for_task
+from gymforge.interop.harbor import HarborTask, is_harbor_folder, leased_sandbox, run_harbor_episode
 from gymforge.tasks.environment import TaskEnvironment
 from gymforge.llm.client import ChatResult, LLMClient, make_client
 from gymforge.tasks.mlgym import load_task_config
@@ -271,10 +272,12 @@ def harbor_main(args: Any) -> None:
         llm = ScriptedModel(ORACLE, model="harbor-oracle")
     else:
         llm = owned = make_client(settings, "run-task")
-    try:
-        traj = run_harbor_episode(folder, Path(args.out), llm, sandbox=sandbox_for_task(cfg, task),
-                                  limits=Limits.from_config(cfg.sandbox), max_steps=args.max_steps, seed=args.seed,
-                                  oracle=oracle, meta={"policy": "replay" if args.replay else args.policy})
+    try:  # the GPUs task.toml declares, leased as a Snakemake job's are
+        with leased_sandbox(cfg, task, say=lambda line: print(line, file=sys.stderr)) as sandbox:
+            traj = run_harbor_episode(folder, Path(args.out), llm, sandbox=sandbox,
+                                      limits=Limits.from_config(cfg.sandbox), max_steps=args.max_steps,
+                                      seed=args.seed, oracle=oracle,
+                                      meta={"policy": "replay" if args.replay else args.policy})
     finally:
         if owned is not None:
             owned.close()
