@@ -15,7 +15,8 @@ from gymforge.agent.trajectory import sft_messages
 from gymforge.core.config import FilterConfig, GymforgeConfig
 from gymforge.core.prompts import render, templates_dir
 from gymforge.core.records import AgentInfo, RolloutRecord, SandboxRef, ShardRecord, TeacherRef, Trajectory, TrajectoryStep
-from gymforge.stages.sft import REASONS, Kept, build_sft, export_sft, is_successful, reject_reason
+from gymforge.stages.sft import REASONS, Kept, build_sft, is_successful, reject_reason
+from gymforge.stages.sft_export import export_sft
 from gymforge.student.tokenizer import build_tokenizer, count_chat_tokens, load_tokenizer
 
 EXIT_STATUSES = ["submitted", "autosubmission (max_steps)", "autosubmission (format)", "autosubmission (context)",

@@ -19,7 +19,8 @@ from gymforge.agent.trajectory import reply_chats, requests_of, sft_messages
 from gymforge.core.config import GymforgeConfig
 from gymforge.core.prompts import render, templates_dir
 from gymforge.core.records import Flag
-from gymforge.stages.sft import build_sft, dataset_card, resolve_unit
+from gymforge.stages.sft import build_sft, resolve_unit
+from gymforge.stages.sft_export import dataset_card
 from gymforge.student.tokenizer import build_tokenizer, count_chat_tokens, load_tokenizer
 from gymforge.tools.import_trajectories import import_trajectories
 

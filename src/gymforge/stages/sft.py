@@ -53,7 +53,6 @@ import contextlib
 import hashlib
 import json
 import re
-import shutil
 import statistics
 import tempfile
 from collections import Counter, defaultdict
@@ -295,6 +294,43 @@ def build_sft(cfg: GymforgeConfig, shard_files: Iterable[Path], tokenizer_dir: P
                            rollouts_out=rollouts_out, stats_out=stats_out, excluded=excluded)
 
 
+class _UnitWriter:
+    """Writes a kept trajectory's examples of the units asked for (`written`) and counts every unit
+    (`counters`). With a `TurnCache`, its turns are tokenized once for the conversation and its requests."""
+
+    def __init__(self, tokenizer: Any, student: str, counters: dict[str, UnitCounter], written: dict[str, Any],
+                 turns_cache: TurnCache | None) -> None:
+        self.tokenizer, self.student, self.counters, self.written = tokenizer, student, counters, written
+        self.turns_cache = turns_cache
+
+    def add(self, c: Candidate, score: float | None, ids: list[int] | None, tokens: int | None, turns: int) -> None:
+        messages = c.messages
+        tokenizer, student, counters, written, turns_cache = (self.tokenizer, self.student, self.counters,
+                                                              self.written, self.turns_cache)
+        row = dict(slot=c.slot, task=c.task, rollout=c.rollout, seed=c.seed, teacher=c.teacher,
+                   exit_status=c.exit_status, metric=c.metric, score=score, scores=json.dumps(c.scores),
+                   source=json.dumps(c.source, sort_keys=True))
+        if turns_cache is None:
+            enc = tokenize_turns(tokenizer, messages or [], student)
+        else:  # its turns, tokenized once for the conversation and its requests, checked against `ids`
+            turns_cache.clear()
+            enc = turns_cache.conversation(messages or [], ids or [])
+        counters["conversation"].add(enc["input_ids"], enc["assistant_masks"], keep_end=False)
+        if "conversation" in written:
+            example = Example(id=c.id, messages=messages or [], tokens=tokens or 0, turns=turns,
+                              unit="conversation", **row)
+            written["conversation"].write(example.model_dump_json() + "\n")
+        for k, chat in enumerate(c.reply_chats() if "request" in counters else []):
+            enc = turns_cache.tokenize_turns(chat, last_only=True) if turns_cache is not None else \
+                tokenize_turns(tokenizer, chat, student, last_only=True)
+            counters["request"].add(enc["input_ids"], enc["assistant_masks"], keep_end=True)
+            if "request" in written:
+                example = Example(id=f"{c.id}-q{k:03d}", messages=chat, tokens=len(enc["input_ids"]),
+                                  turns=sum(m["role"] == "assistant" for m in chat), unit="request",
+                                  reply=k, **row)
+                written["request"].write(example.model_dump_json() + "\n")
+
+
 def filter_examples(cfg: GymforgeConfig, candidates: Iterable[Candidate], tokenizer_dir: Path, *, jsonl_out: Path,
                     dataset_out: Path, rollouts_out: Path, stats_out: Path, unit: str | None = None,
                     excluded: Iterable[str] = (), reuse_turns: bool = True) -> dict[str, Any]:
@@ -314,7 +350,6 @@ def filter_examples(cfg: GymforgeConfig, candidates: Iterable[Candidate], tokeni
     counters = {u: UnitCounter(max_length) for u in UNITS if u == "conversation" or configured != "conversation"}
     kept = Kept(excluded=frozenset(excluded))
     counts = FilterStats()
-    turns_cache = TurnCache(tokenizer, student) if reuse_turns and "request" in counters else None
 
     Path(jsonl_out).parent.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(dir=Path(jsonl_out).parent, prefix=".sft-") as tmp, \
@@ -324,6 +359,8 @@ def filter_examples(cfg: GymforgeConfig, candidates: Iterable[Candidate], tokeni
         unit_tmp = {u: Path(tmp) / f"train.{u}.jsonl" for u in UNITS}
         # auto writes both units and keeps the one it resolves to: the longest kept trajectory is known at the end
         written = {u: files.enter_context(unit_tmp[u].open("w")) for u in UNITS if configured in ("auto", u)}
+        units = _UnitWriter(tokenizer, student, counters, written,
+                            TurnCache(tokenizer, student) if reuse_turns and "request" in counters else None)
         for c in candidates:
             origin = str(c.source.get("origin", "rollouts"))
             messages = c.messages
@@ -335,28 +372,7 @@ def filter_examples(cfg: GymforgeConfig, candidates: Iterable[Candidate], tokeni
             score = last_score(c.scores, c.metric)
             if reason is None:
                 kept.add(c)
-                row = dict(slot=c.slot, task=c.task, rollout=c.rollout, seed=c.seed, teacher=c.teacher,
-                           exit_status=c.exit_status, metric=c.metric, score=score, scores=json.dumps(c.scores),
-                           source=json.dumps(c.source, sort_keys=True))
-                if turns_cache is None:
-                    enc = tokenize_turns(tokenizer, messages or [], student)
-                else:  # its turns, tokenized once for the conversation and its requests, checked against `ids`
-                    turns_cache.clear()
-                    enc = turns_cache.conversation(messages or [], ids or [])
-                counters["conversation"].add(enc["input_ids"], enc["assistant_masks"], keep_end=False)
-                if "conversation" in written:
-                    example = Example(id=c.id, messages=messages or [], tokens=tokens or 0, turns=turns,
-                                      unit="conversation", **row)
-                    written["conversation"].write(example.model_dump_json() + "\n")
-                for k, chat in enumerate(c.reply_chats() if "request" in counters else []):
-                    enc = turns_cache.tokenize_turns(chat, last_only=True) if turns_cache is not None else \
-                        tokenize_turns(tokenizer, chat, student, last_only=True)
-                    counters["request"].add(enc["input_ids"], enc["assistant_masks"], keep_end=True)
-                    if "request" in written:
-                        example = Example(id=f"{c.id}-q{k:03d}", messages=chat, tokens=len(enc["input_ids"]),
-                                          turns=sum(m["role"] == "assistant" for m in chat), unit="request",
-                                          reply=k, **row)
-                        written["request"].write(example.model_dump_json() + "\n")
+                units.add(c, score, ids, tokens, turns)
             summaries.write(RolloutSummary(
                 id=c.id, slot=c.slot, task=c.task, rollout=c.rollout, seed=c.seed, exit_status=c.exit_status,
                 steps=c.steps, turns=turns, tokens=tokens, successful=c.successful, kept=reason is None,
@@ -367,8 +383,17 @@ def filter_examples(cfg: GymforgeConfig, candidates: Iterable[Candidate], tokeni
         atomic.write_bytes(jsonl_out, unit_tmp[resolved].read_bytes())
         atomic.write_bytes(rollouts_out, summary_tmp.read_bytes())
 
+    stats = _stats(cfg, counts, counters, tokenizer_dir=tokenizer_dir, configured=configured, resolved=resolved)
+    atomic.write_json(stats_out, stats)
+    return stats
+
+
+def _stats(cfg: GymforgeConfig, counts: FilterStats, counters: dict[str, UnitCounter], *, tokenizer_dir: Path,
+           configured: str, resolved: str) -> dict[str, Any]:
+    """`sft/stats.json`: the filter settings, the example unit and why, and the counts."""
+    max_length = cfg.train.max_length
     tasks, sources = counts.tasks, counts.sources
-    stats = {
+    return {
         "config_hash": config_hash(cfg),
         "teacher": dict(counts.teachers),
         "student": cfg.train.student,
@@ -404,8 +429,6 @@ def filter_examples(cfg: GymforgeConfig, candidates: Iterable[Candidate], tokeni
         "tokens": {"all": _summary(counts.tokens_all), "kept": _summary(counts.tokens_kept)},
         "turns": {"all": _summary(counts.turns_all), "kept": _summary(counts.turns_kept)},
     }
-    atomic.write_json(stats_out, stats)
-    return stats
 
 
 def _write_dataset(jsonl: Path, out: Path) -> None:
@@ -419,179 +442,6 @@ def _write_dataset(jsonl: Path, out: Path) -> None:
             ds = datasets.Dataset.from_dict({k: [] for k in features}, features=features)
         with atomic.directory(out) as tmp:
             ds.save_to_disk(str(tmp))
-
-
-# ---- export -----------------------------------------------------------------------------------------
-
-
-def export_sft(results: Path, out: Path) -> Path:
-    """A folder ready for `datasets.load_dataset(out)` and `push_to_hub`: parquet data, a dataset card, stats.
-
-    The split comes from the file name (`data/train-00000-of-00001.parquet`, the hub's convention), not from a
-    `configs:` block in the card: with one, `datasets` caches a local folder by its name alone, so a second
-    export to a folder of the same name would load the first one's rows.
-    """
-    import datasets
-
-    results = Path(results)
-    sft = results / "sft"
-    stats_path = sft / "stats.json"
-    if not stats_path.exists():
-        raise FileNotFoundError(f"{stats_path} does not exist: build the SFT data first (snakemake trajectories)")
-    stats = json.loads(stats_path.read_text())
-    with quiet_datasets():
-        ds = datasets.load_from_disk(str(sft / "dataset"))
-    out = Path(out)
-    with atomic.directory(out) as tmp:
-        (tmp / "data").mkdir()
-        with quiet_datasets():
-            ds.to_parquet(str(tmp / "data" / "train-00000-of-00001.parquet"))
-        shutil.copyfile(stats_path, tmp / "stats.json")
-        if (sft / "plots").is_dir():
-            shutil.copytree(sft / "plots", tmp / "plots")
-        dataset_card(stats, _datasets_of(results, stats), len(ds)).save(tmp / "README.md")
-    return out
-
-
-def _datasets_of(results: Path, stats: dict[str, Any]) -> dict[str, str | None]:
-    """slot -> the source dataset id of its task (from the proposal), for the card's license note."""
-    found: dict[str, str | None] = {}
-    for slot in stats.get("per_task", {}):
-        path = results / "proposals" / f"{slot}.json"
-        dataset = None
-        if path.exists():
-            dataset = (json.loads(path.read_text()).get("dataset") or {}).get("id")
-        found[slot] = dataset
-    return found
-
-
-def _audit_line(stats: dict[str, Any]) -> str:
-    audit = stats.get("audit") or {}
-    n = audit.get("flagged_rollouts", 0)
-    codes = ", ".join(f"{c} {k}" for c, k in audit.get("by_code", {}).items()) or "no flags"
-    verdict = "excluded" if audit.get("excluded", True) else "kept"
-    if audit.get("excluded", True) and (seen := [c for c in audit.get("kept_codes", []) if c in audit.get("by_code", {})]):
-        verdict += f" (but those flagged only {', '.join(seen)}: kept)"
-    return f"{n} rollouts flagged ({codes}), {verdict}"
-
-
-# The card's body; its YAML header is `card_data` (huggingface_hub.DatasetCardData), rendered by DatasetCard.
-CARD_TEMPLATE = """---
-{{ card_data }}
----
-
-# gymforge SFT trajectories
-
-Teacher-agent trajectories on synthetic, verified MLGym-format machine-learning tasks, filtered for
-supervised fine-tuning of a research agent. Generated by gymforge (config hash `{{ stats.config_hash }}`).
-
-## Counts
-
-- rollouts: {{ stats.rollouts }} over {{ stats.tasks }} tasks ({{ stats.per_task_planned }} planned per task)
-- kept trajectories: {{ stats.kept }} from {{ stats.tasks_with_kept }} tasks
-- rows: {{ rows }} examples, unit `{{ unit }}` ({{ unit_rule }})
-- tokens per kept trajectory: median {{ tokens.median or 0 }}, max {{ tokens.max or 0 }}, total {{ tokens.total or 0 }}
-- assistant turns per kept trajectory: median {{ turns.median or 0 }}, max {{ turns.max or 0 }}
-{% if units %}
-What each example unit gives training at `train.max_length` {{ stats.unit_choice.max_length }} (`sft.example_unit`: \
-{{ stats.unit_choice.configured }}; this dataset: `{{ unit }}`). Tokens are those one epoch feeds (after the cut), \
-trained tokens those under the loss, a reply trained whole has none of its tokens cut:
-
-| unit | examples | tokens | trained tokens | replies trained whole | examples over max_length |
-|---|---|---|---|---|---|
-{% for name, u in units.items() %}| {{ name }}{{ ' (this dataset)' if name == unit }} | {{ u.examples }} | {{ u.tokens }} \
-| {{ u.trained_tokens }} | {{ u.replies_trained }} of {{ u.replies }} | {{ u.truncated }} |
-{% endfor %}{% endif %}
-| discarded because | rollouts |
-|---|---|
-{% for reason, n in stats.discarded.items() %}| {{ reason }} | {{ n }} |
-{% else %}| (none) | 0 |
-{% endfor %}
-| slot | task | source dataset | rollouts | kept |
-|---|---|---|---|---|
-{% for slot, t in stats.per_task.items() %}| {{ slot }} | {{ t.task_id }} | {{ sources.get(slot) or '(no dataset)' }} \
-| {{ t.rollouts }} | {{ t.kept }} |
-{% endfor %}
-## Filters
-
-0. suspicious actions (gymforge's audit): {{ audit }};
-1. success: {{ stats.filters.success }};
-2. at least one assistant turn;
-3. length: at most {{ stats.filters.max_tokens }} tokens in the student's tokenizer (`{{ stats.student }}`), \
-chat template applied;
-4. exact duplicates removed;
-5. per-task cap: {{ 'none' if stats.filters.max_per_task is none else stats.filters.max_per_task }}.
-
-## Format
-
-{% if unit == 'request' %}\
-One row per accepted teacher reply. `messages` is a chat (`system`, `user`, `assistant` turns): exactly the
-request the agent loop sent for that reply (the same prompt templates as at evaluation time; all but the last
-{{ keep_observations }} observations elided as "Old output omitted (N lines)"; after a malformed reply, the
-re-ask with it and the format-error prompt) followed by the reply. Train with the loss on the **last** assistant
-turn only: the earlier ones are the request's history (`unit` is `request`, `reply` the reply's index in its
-trajectory). Cut an over-long row at its start: the reply is at its end.
-{% else %}\
-One row per kept trajectory. `messages` is a chat (`system`, `user`, `assistant` turns): exactly the teacher's
-final request as the agent loop sent it (the same prompt templates as at evaluation time; all but the last
-{{ keep_observations }} observations elided as "Old output omitted (N lines)") followed by its final reply.
-Every assistant turn is a real teacher reply; earlier ones were generated while a few more recent
-observations were shown in full. Train with the loss on assistant tokens only.
-{% endif %}\
-Metadata columns: `slot`, `task`, `rollout`, `seed`, `teacher`, `exit_status`, `metric`, `score` (last score
-entry), `scores` (JSON list of every score entry), `tokens`, `turns`, `source`, `unit`, `reply`.
-
-The rows are text in TRL's conversational format, not token ids: a teacher's reply is the teacher's text, not the
-student's tokens, so the student's tokenizer and chat template encode it when training (tokens that a model sampled
-are exported with their ids and log-probs by `gymforge export-tokens`, for RL).
-
-## Teacher
-
-{% for m in stats.teacher %}`{{ m }}`{{ ', ' if not loop.last }}{% else %}none{% endfor %}
-
-## License
-
-The rows are outputs of the teacher model(s) above: check that provider's terms before training on
-them. The tasks were synthesized from public datasets, each under its own license, which also binds
-derived code and observations in the trajectories: \
-{% for d in datasets_used %}`{{ d }}`{{ ', ' if not loop.last }}{% else %}none{% endfor %}.
-The gymforge code that produced the data is Apache-2.0.
-
-## Use
-
-```python
-from datasets import load_dataset
-
-ds = load_dataset("path/to/this/folder", split="train")
-ds.push_to_hub("<user>/<name>")  # or: huggingface-cli upload <user>/<name> path/to/this/folder --repo-type dataset
-```
-
-"""  # (Jinja drops the template's last newline: the card still ends with one)
-
-
-def dataset_card(stats: dict[str, Any], sources: dict[str, str | None], rows: int) -> Any:
-    """The export's dataset card (a `huggingface_hub.DatasetCard`; `.save(path)` writes README.md)."""
-    from huggingface_hub import DatasetCard, DatasetCardData
-
-    data = DatasetCardData(
-        license="other", license_name="mixed-see-card", pretty_name="gymforge SFT trajectories",
-        task_categories=["text-generation"], tags=["agents", "mlgym", "synthetic", "sft"],
-        size_categories=[_size_category(rows)],
-    )
-    unit = stats.get("example_unit", "conversation")  # stats written before example units: conversations
-    return DatasetCard.from_template(
-        data, template_str=CARD_TEMPLATE, stats=stats, sources=sources, tokens=stats["tokens"]["kept"],
-        turns=stats["turns"]["kept"], audit=_audit_line(stats), keep_observations=KEEP_OBSERVATIONS,
-        datasets_used=sorted({d for d in sources.values() if d}), rows=rows, unit=unit,
-        unit_rule=UNIT_RULES[unit], units=stats.get("units"),
-    )
-
-
-def _size_category(rows: int) -> str:
-    for limit, label in ((1_000, "n<1K"), (10_000, "1K<n<10K"), (100_000, "10K<n<100K"), (1_000_000, "100K<n<1M")):
-        if rows < limit:
-            return label
-    return "n>1M"
 
 
 # ---- the steps (rules student_tokenizer, sft_dataset, sft_plots) --------------------------------------

@@ -13,7 +13,8 @@ from typing import Any, Iterator
 
 from gymforge.agent.sources import Candidate, import_candidates
 from gymforge.core.config import ConfigError, GymforgeConfig, config_or_defaults
-from gymforge.stages.sft import export_sft, filter_examples
+from gymforge.stages.sft import filter_examples
+from gymforge.stages.sft_export import export_sft
 
 
 def import_trajectories(cfg: GymforgeConfig, sources: list[Path], tokenizer_dir: Path, out: Path,
