@@ -15,7 +15,8 @@ import yaml
 
 from gymforge.cli import main
 from gymforge.core.config import GymforgeConfig, load_config
-from gymforge.tools.estimate import DEFAULTS, estimate, load_configs, measure
+from gymforge.tools.estimate import DEFAULTS, estimate, load_configs
+from gymforge.tools.pilot import measure
 from results_fixture import ROLLOUT_CALLS, ROLLOUT_COMPLETION, ROLLOUT_PROMPT, ROLLOUT_STEPS, build_results
 
 REPO = Path(__file__).resolve().parents[2]

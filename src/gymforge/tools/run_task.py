@@ -141,6 +141,19 @@ def submit_baseline_model(env: TaskEnvironment) -> ScriptedModel:
     ], model="submit-baseline")
 
 
+def _policy_model(policy: str, env: TaskEnvironment, replies: list[str] | None, replay: Path | None, llm: LLMClient | None,
+                  cfg: GymforgeConfig | None) -> tuple[LLMClient, LLMClient | None]:
+    """The model the policy answers with, and the client `run_task` opened for it (to close), if any."""
+    if policy == "submit-baseline":
+        return cast(LLMClient, submit_baseline_model(env)), None  # the agent only calls achat and reads endpoint
+    if replies is not None:
+        return cast(LLMClient, ReplayModel(replies, model=f"replay:{Path(str(replay)).name}")), None
+    if llm is not None:
+        return llm, None
+    owned = make_client(cfg or GymforgeConfig(), "run-task")
+    return owned, owned
+
+
 def run_task(
     task_yaml: Path,
     root: Path | None = None,
@@ -202,15 +215,7 @@ def run_task(
         baseline = report.metrics
 
     env.install()
-    owned = None
-    if policy == "submit-baseline":
-        model = cast(LLMClient, submit_baseline_model(env))  # the agent only calls achat and reads endpoint
-    elif replies is not None:
-        model = cast(LLMClient, ReplayModel(replies, model=f"replay:{Path(str(replay)).name}"))
-    elif llm is not None:
-        model = llm
-    else:
-        model = owned = make_client(cfg or GymforgeConfig(), "run-task")
+    model, owned = _policy_model(policy, env, replies, replay, llm, cfg)
     task = AgentTask(id=env.task.id, description=env.description, baseline=baseline, training_timeout=env.timeout)
     meta = {"policy": policy, "sandbox": runner.sandbox.name, "task_yaml": str(Path(task_yaml).resolve()),
             "root": str(env.root)}
@@ -243,7 +248,8 @@ def main(args: Any) -> None:
     traj = run_task(Path(args.task_yaml), Path(args.root) if args.root else None, args.policy, Path(args.out),
                     sandbox=args.sandbox, cfg=cfg, seed=args.seed, max_steps=args.max_steps, gpus=args.gpus,
                     dataset_cache=cache, replay=Path(args.replay) if args.replay else None, settings=settings,
-                    interface=args.interface)
+                    interface=args.interface,
+                    hidden_columns=json.loads(args.hidden_columns) if args.hidden_columns else None)
     info = read_trajectory(traj).info
     print(f"{traj}: {info.exit_status}; scores {info.score}")
     for flag in info.flags:

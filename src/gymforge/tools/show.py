@@ -11,6 +11,7 @@ and where each file is.
 rollout with `--rollout K`), a finished-rollout part (`.shard_<k>.parts/r<index>.json`) or a run folder
 (`scores/runs/<model>/<task>/<model>__<task>__run<k>/`, `environments/<slot>/verified/episode/`).
 """
+# long file: show-task and show-trajectory share the text helpers at the top
 
 from __future__ import annotations
 
@@ -265,6 +266,42 @@ def _usage(u: dict[str, Any] | None) -> str:
             f"{u.get('prompt_tokens', 0) + u.get('completion_tokens', 0)} tokens, ${u.get('cost_usd', 0.0):.4f}")
 
 
+def _render_rollouts(summary: dict[str, Any], *, full: bool) -> list[str]:
+    """`render_task`'s trajectories section: the shards, exit statuses, final scores, the SFT filter's verdicts and
+    (all with `full`, else the first 20) one line per rollout."""
+    out: list[str] = []
+    add = out.append
+    rows = summary["rollouts"]
+    add("")
+    add(f"trajectories: {len(rows)} rollout(s) ({summary['rollout_source']})")
+    if summary["shards"]:
+        for sh in summary["shards"]:
+            extra = f" {sh['status']}" + (f" ({sh['reason']})" if sh.get("reason") else "") if sh.get("status") else ""
+            add(f"  {sh['file']} ({sh['size'] / 1e6:.2f} MB){extra}")
+    if rows:
+        exits = Counter(r["exit_status"] for r in rows)
+        add("  exit statuses: " + ", ".join(f"{k}: {v}" for k, v in exits.most_common()))
+        scores = [r["score"] for r in rows if isinstance(r.get("score"), (int, float))]
+        if scores:
+            add(f"  final scores: min {_num(min(scores))}, median {_num(statistics.median(scores))}, "
+                f"max {_num(max(scores))} (n={len(scores)})")
+        verdicts = [r for r in rows if r.get("kept") is not None]
+        if verdicts:
+            reasons = Counter(r["reason"] for r in verdicts if not r["kept"])
+            add(f"  kept by the SFT filter: {sum(r['kept'] for r in verdicts)}/{len(verdicts)}"
+                + (" (discarded: " + ", ".join(f"{k}: {v}" for k, v in reasons.items()) + ")" if reasons else ""))
+        else:
+            add("  SFT filter: not run yet")
+        shown = rows if full else rows[:20]
+        for r in shown:
+            verdict = "kept" if r.get("kept") else (f"discarded ({r['reason']})" if r.get("kept") is False else "-")
+            tokens = f" {r['tokens']} tok" if r.get("tokens") is not None else ""
+            add(f"    {r['id']}  {r['exit_status']:<32} {r['steps']:>3} steps{tokens}  score {_num(r.get('score'))}  {verdict}")
+        if len(shown) < len(rows):
+            add(f"    ... {len(rows) - len(shown)} more (--full)")
+    return out
+
+
 def render_task(summary: dict[str, Any], *, full: bool = False, max_lines: int = 40) -> str:
     """The summary of `task_summary` as terminal text; `full` prints whole files and error messages."""
     lines_cap = None if full else max_lines
@@ -324,34 +361,7 @@ def render_task(summary: dict[str, Any], *, full: bool = False, max_lines: int =
             add(_hang(_clip_lines(e, 6 if not full else None, 600 if not full else None), "      - "))
         if err_cap is not None and len(errs) > err_cap:
             add(f"      ... {len(errs) - err_cap} more errors (--full)")
-    rows = summary["rollouts"]
-    add("")
-    add(f"trajectories: {len(rows)} rollout(s) ({summary['rollout_source']})")
-    if summary["shards"]:
-        for sh in summary["shards"]:
-            extra = f" {sh['status']}" + (f" ({sh['reason']})" if sh.get("reason") else "") if sh.get("status") else ""
-            add(f"  {sh['file']} ({sh['size'] / 1e6:.2f} MB){extra}")
-    if rows:
-        exits = Counter(r["exit_status"] for r in rows)
-        add("  exit statuses: " + ", ".join(f"{k}: {v}" for k, v in exits.most_common()))
-        scores = [r["score"] for r in rows if isinstance(r.get("score"), (int, float))]
-        if scores:
-            add(f"  final scores: min {_num(min(scores))}, median {_num(statistics.median(scores))}, "
-                f"max {_num(max(scores))} (n={len(scores)})")
-        verdicts = [r for r in rows if r.get("kept") is not None]
-        if verdicts:
-            reasons = Counter(r["reason"] for r in verdicts if not r["kept"])
-            add(f"  kept by the SFT filter: {sum(r['kept'] for r in verdicts)}/{len(verdicts)}"
-                + (" (discarded: " + ", ".join(f"{k}: {v}" for k, v in reasons.items()) + ")" if reasons else ""))
-        else:
-            add("  SFT filter: not run yet")
-        shown = rows if full else rows[:20]
-        for r in shown:
-            verdict = "kept" if r.get("kept") else (f"discarded ({r['reason']})" if r.get("kept") is False else "-")
-            tokens = f" {r['tokens']} tok" if r.get("tokens") is not None else ""
-            add(f"    {r['id']}  {r['exit_status']:<32} {r['steps']:>3} steps{tokens}  score {_num(r.get('score'))}  {verdict}")
-        if len(shown) < len(rows):
-            add(f"    ... {len(rows) - len(shown)} more (--full)")
+    out += _render_rollouts(summary, full=full)
     add("")
     add("files:")
     for label, path in summary["files"].items():
