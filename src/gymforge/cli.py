@@ -265,6 +265,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--interface", choices=["cli", "workflow"], default="cli",
                    help="workflow: a post-training task's skills beside the shell (docs/post-training.md)")
     p.add_argument("--gpus", type=int, default=None, help="GPUs for LM tasks (default: detect)")
+    p.add_argument("--hidden-columns", default=None, metavar="JSON",
+                   help='the columns hidden from the agent per split, as verification hides them (e.g. '
+                   '\'{"test": ["label"]}\'; a results directory\'s rows carry them: docs/interop.md)')
 
     p = command("check-task", _run_tool, "check a task's text against what it does (coherence) and probe its "
                 "evaluator with knowledge-free degenerate submissions; exits 0 only when no probe scores better than "
