@@ -39,6 +39,7 @@ import logging
 import random
 import shutil
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
@@ -54,7 +55,7 @@ from gymforge.report.rl_plots import plot_curve
 from gymforge.rl import frontier, grpo
 from gymforge.rl.memory import GiB, advice, params_of, rl_update_memory
 from gymforge.rl import sharded as sharded_update
-from gymforge.rl.sharded import checkpoint_files
+from gymforge.rl.backends import checkpoint_files
 from gymforge.rl.rollouts import EpisodePlan, improve_variant, load_task, run_episodes, solution_actions
 from gymforge.stages.evaluation import checkpoint_tag
 from gymforge.tasks.episode import EpisodeRunner
@@ -274,11 +275,147 @@ def quarter_means(rows: list[dict[str, Any]]) -> tuple[float, float] | None:
     return sum(first) / len(first), sum(last) / len(last)
 
 
+def _score_episodes(cfg: GymforgeConfig, results: list[Any], best: dict[str, Any]
+                    ) -> tuple[list[dict[str, Any]], list[Any]]:
+    """Score an iteration's episodes and cut their action samples; a task's best valid, unflagged episode so far
+    goes into `best` (what the next improve episodes start from)."""
+    scored: list[dict[str, Any]] = []
+    samples: list[Any] = []
+    for plan, traj, wall in results:
+        if traj is None:
+            continue
+        r = episode_reward(Episode.of(traj), plan.task.metric, cfg.rl.reward)
+        actions = [s for s in traj.trajectory if not s.action.startswith("exit_")]
+        scored.append({"episode_id": plan.episode_id, "slot": plan.task.slot, "improve": plan.improve,
+                       "exit_status": traj.info.exit_status, "steps": len(actions), "wall_s": round(wall, 2),
+                       "durations": [round(s.execution_time, 3) for s in actions], **r.as_dict(),
+                       "passed": frontier.passed(r.as_dict())})
+        episode_samples = grpo.action_samples(traj, len(scored) - 1)
+        scored[-1]["token_paths"] = {"sampled": sum(1 for s in episode_samples if s.sampled is not None),
+                                     "retokenized": sum(1 for s in episode_samples if s.sampled is None)}
+        samples.extend(episode_samples)
+        old = best.get(plan.task.slot)
+        if r.valid and not r.flagged and (old is None or r.reward > old["reward"]):
+            best[plan.task.slot] = {"episode_id": plan.episode_id, "reward": r.reward,
+                                    "score": {plan.task.metric.metric: r.score},
+                                    "actions": solution_actions(traj)}
+    return scored, samples
+
+
+@dataclass
+class _Weighed:
+    """An iteration's samples with their advantages and weights, and the groups they came from."""
+    samples: list[Any]
+    advantage: list[float]
+    groups: dict[str, list[int]]
+    dropped: list[str]
+    kept: set[int]
+
+
+def _weigh(cfg: GymforgeConfig, scored: list[dict[str, Any]], samples: list[Any]) -> _Weighed:
+    """Group-relative advantages (the episodes of one task in this iteration form a group), dynamic sampling and
+    duration weights."""
+    rl = cfg.rl
+    groups: dict[str, list[int]] = {}
+    for i, e in enumerate(scored):
+        groups.setdefault(e["slot"], []).append(i)
+    advantage = [0.0] * len(scored)
+    for members in groups.values():
+        for i, a in zip(members, grpo.group_advantages([scored[i]["reward"] for i in members]), strict=True):
+            advantage[i] = a
+    # dynamic sampling: a group whose rewards are all equal (advantage 0 throughout) is left out of the update
+    dropped = [slot for slot, members in groups.items()
+               if rl.drop_zero_variance and frontier.zero_variance([scored[i]["reward"] for i in members])]
+    kept = {i for slot, members in groups.items() if slot not in dropped for i in members}
+    if rl.drop_zero_variance:
+        samples = [s for s in samples if s.episode in kept]
+    weights = grpo.duration_weights([s.duration_s for s in samples], enabled=rl.duration_aware,
+                                    floor_s=rl.duration_floor_s, max_weight=rl.duration_max_weight)
+    for s, w in zip(samples, weights, strict=True):
+        s.advantage, s.weight = advantage[s.episode], w
+    if rl.drop_zero_variance:  # an episode exactly at its group's mean teaches nothing either
+        samples = [s for s in samples if s.advantage != 0.0]
+    return _Weighed(samples, advantage, groups, dropped, kept)
+
+
+@dataclass
+class _Trainer:
+    """What one RL run updates with: the tokenizer and template, and (one device) the models and optimizer; with
+    rl.gpus > 1 the update runs in worker processes, sharded (gymforge.rl.sharded), and this process holds no model."""
+    tokenizer: Any
+    template: Any
+    sharded: bool
+    reference: Any = None
+    policy: Any = None
+    optimizer: Any = None
+
+
+def _update(cfg: GymforgeConfig, trainer: _Trainer, samples: list[Any], *, iteration: int, seed: int,
+            policy_dir: Path, sft_checkpoint: Path, work: Path, log_file: Path | None) -> dict[str, Any]:
+    """One iteration's policy update; the sharded workers write the next checkpoint themselves."""
+    rl = cfg.rl
+    update_seed = derive_seed(seed, "rl-update", iteration)
+    if trainer.sharded:
+        samples = sharded_update.tokenize_samples(samples, trainer.tokenizer, max_length=rl.max_length,
+                                                  template=trainer.template)
+        paths = grpo.path_counts(samples)
+        stats = sharded_update.run_update(cfg, samples, policy_dir=policy_dir, reference_dir=sft_checkpoint,
+                                          dest=iteration_dir(work, iteration + 1), folder=work / "update",
+                                          update_seed=update_seed, torch_seed=derive_seed(seed, "rl-torch", iteration),
+                                          log_file=log_file)
+        stats["token_paths"] = paths
+        return stats
+    samples = grpo.prepare(samples, trainer.tokenizer, trainer.policy, trainer.reference, max_length=rl.max_length,
+                           template=trainer.template, temperature=rl.temperature,
+                           single_step=rl.epochs == 1 and rl.minibatches == 1)
+    stats = grpo.update(trainer.policy, trainer.optimizer, samples, epochs=rl.epochs, minibatches=rl.minibatches,
+                        clip_eps=rl.clip_eps, kl_coef=rl.kl_coef, max_grad_norm=rl.max_grad_norm,
+                        rng=random.Random(update_seed), temperature=rl.temperature, is_cap=rl.is_cap,
+                        mismatch_threshold=rl.mismatch_threshold)
+    stats["token_paths"] = grpo.path_counts(samples)
+    return stats
+
+
+def _finish(checkpoint_out: Path, curve_out: Path, final: Path, curve: list[dict[str, Any]],
+            meta: dict[str, Any]) -> None:
+    """Publish the last iteration's checkpoint (without optimizer state) and the curve with its run totals."""
+    tmp = checkpoint_out.with_name(checkpoint_out.name + ".tmp")
+    shutil.rmtree(tmp, ignore_errors=True)
+    shutil.copytree(final, tmp, ignore=shutil.ignore_patterns("optimizer.pt", "optimizer_deepspeed"))
+    shutil.rmtree(checkpoint_out, ignore_errors=True)
+    tmp.rename(checkpoint_out)
+    quarters = quarter_means(curve)
+    if quarters:
+        meta["first_quarter_mean_reward"], meta["last_quarter_mean_reward"] = (round(q, 6) for q in quarters)
+    meta["groups_dropped_zero_variance"] = sum(r.get("groups_dropped_zero_variance", 0) for r in curve)
+    meta["updates_skipped"] = sum(1 for r in curve if r.get("update_skipped"))
+    write_curve(curve_out, curve, meta)
+
+
+def _open_trainer(cfg: GymforgeConfig, sft_checkpoint: Path, policy_dir: Path, *, resumed: bool) -> _Trainer:
+    """The tokenizer and template, and with one device the reference, the policy (from policy_dir) and its optimizer
+    (its saved state when resumed)."""
+    import torch
+    from transformers import AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(str(sft_checkpoint))
+    trainer = _Trainer(tokenizer, grpo.training_template(tokenizer, cfg.train.student), sharded=cfg.rl.gpus > 1)
+    # rl.gpus > 1: each update runs in rl.gpus worker processes, sharded (gymforge.rl.sharded); this process holds
+    # no model. Otherwise one device: the first of the job's GPUs (the policy server holds them during rollouts),
+    # else the CPU.
+    if not trainer.sharded:
+        trainer.reference, trainer.policy, trainer.optimizer = update_models(sft_checkpoint, policy_dir,
+                                                                             cfg.rl.learning_rate)
+        if resumed and (policy_dir / "optimizer.pt").exists():
+            trainer.optimizer.load_state_dict(torch.load(policy_dir / "optimizer.pt", weights_only=True,
+                                                         map_location=trainer.policy.device))
+    return trainer
+
+
 def run_rl(cfg: GymforgeConfig, sft_checkpoint: Path, tasks: list[Any], checkpoint_out: Path, curve_out: Path,
              *, collect: Collector | None = None, log_file: Path | None = None) -> dict[str, Any]:
     """Run (or resume) the RL iterations; write the final checkpoint and curve.json. Returns the curve."""
     import torch
-    from transformers import AutoTokenizer
 
     rl = cfg.rl
     torch.set_num_threads(rl.threads)
@@ -297,22 +434,12 @@ def run_rl(cfg: GymforgeConfig, sft_checkpoint: Path, tasks: list[Any], checkpoi
             "drop_zero_variance": rl.drop_zero_variance, "duration_aware": rl.duration_aware,
             "improve_fraction": rl.improve_fraction}
 
-    tokenizer = AutoTokenizer.from_pretrained(str(sft_checkpoint))
-    template = grpo.training_template(tokenizer, cfg.train.student)
     check_update_memory(cfg)
     start = state["finished"]
     policy_dir = iteration_dir(work, start) if start else sft_checkpoint
     if start:
         log.info("resuming after iteration %d (checkpoint %s)", start - 1, policy_dir)
-    # rl.gpus > 1: each update runs in rl.gpus worker processes, sharded (gymforge.rl.sharded); this process holds
-    # no model. Otherwise one device: the first of the job's GPUs (the policy server holds them during rollouts),
-    # else the CPU.
-    sharded = rl.gpus > 1
-    if not sharded:
-        reference, policy, optimizer = update_models(sft_checkpoint, policy_dir, rl.learning_rate)
-        device = policy.device
-        if start and (policy_dir / "optimizer.pt").exists():
-            optimizer.load_state_dict(torch.load(policy_dir / "optimizer.pt", weights_only=True, map_location=device))
+    trainer = _open_trainer(cfg, sft_checkpoint, policy_dir, resumed=bool(start))
     collect = collect or (lambda d, it, plans: serve_and_collect(cfg, d, it, plans, work, log_file))
     # the curve, per iteration, in the tracker too (trackio by default: results/trackio); a resumed run logs on
     tracker = tracking.open_tracker(cfg, name=f"rl-{cfg.train.name}-seed{seed}", kind="rl",
@@ -323,77 +450,25 @@ def run_rl(cfg: GymforgeConfig, sft_checkpoint: Path, tasks: list[Any], checkpoi
         torch.manual_seed(derive_seed(seed, "rl-torch", iteration))
         chosen = choose_tasks(cfg, iteration, tasks, state["curve"])
         plans = plan_iteration(cfg, iteration, chosen, state["best"], work / "improve")
-        results = collect(policy_dir, iteration, plans)
-        scored, samples = [], []
-        for plan, traj, wall in results:
-            if traj is None:
-                continue
-            r = episode_reward(Episode.of(traj), plan.task.metric, rl.reward)
-            actions = [s for s in traj.trajectory if not s.action.startswith("exit_")]
-            scored.append({"episode_id": plan.episode_id, "slot": plan.task.slot, "improve": plan.improve,
-                           "exit_status": traj.info.exit_status, "steps": len(actions), "wall_s": round(wall, 2),
-                           "durations": [round(s.execution_time, 3) for s in actions], **r.as_dict(),
-                           "passed": frontier.passed(r.as_dict())})
-            episode_samples = grpo.action_samples(traj, len(scored) - 1)
-            scored[-1]["token_paths"] = {"sampled": sum(1 for s in episode_samples if s.sampled is not None),
-                                         "retokenized": sum(1 for s in episode_samples if s.sampled is None)}
-            samples.extend(episode_samples)
-            best = state["best"].get(plan.task.slot)
-            if r.valid and not r.flagged and (best is None or r.reward > best["reward"]):
-                state["best"][plan.task.slot] = {"episode_id": plan.episode_id, "reward": r.reward,
-                                                 "score": {plan.task.metric.metric: r.score},
-                                                 "actions": solution_actions(traj)}
-        # group-relative advantages: the episodes of one task in this iteration form a group
-        groups: dict[str, list[int]] = {}
-        for i, e in enumerate(scored):
-            groups.setdefault(e["slot"], []).append(i)
-        advantage = [0.0] * len(scored)
-        for members in groups.values():
-            for i, a in zip(members, grpo.group_advantages([scored[i]["reward"] for i in members]), strict=True):
-                advantage[i] = a
-        # dynamic sampling: a group whose rewards are all equal (advantage 0 throughout) is left out of the update
-        dropped = [slot for slot, members in groups.items()
-                   if rl.drop_zero_variance and frontier.zero_variance([scored[i]["reward"] for i in members])]
-        kept = {i for slot, members in groups.items() if slot not in dropped for i in members}
-        if rl.drop_zero_variance:
-            samples = [s for s in samples if s.episode in kept]
-        weights = grpo.duration_weights([s.duration_s for s in samples], enabled=rl.duration_aware,
-                                        floor_s=rl.duration_floor_s, max_weight=rl.duration_max_weight)
-        for s, w in zip(samples, weights, strict=True):
-            s.advantage, s.weight = advantage[s.episode], w
-        if rl.drop_zero_variance:  # an episode exactly at its group's mean teaches nothing either
-            samples = [s for s in samples if s.advantage != 0.0]
-        skipped = not kept  # no group left (all dropped, or no episode scored): the checkpoint is carried over
-        update_seed = derive_seed(seed, "rl-update", iteration)
+        scored, samples = _score_episodes(cfg, collect(policy_dir, iteration, plans), state["best"])
+        weighed = _weigh(cfg, scored, samples)
+        skipped = not weighed.kept  # no group left (all dropped, or no episode scored): the checkpoint is carried over
         if skipped:
-            stats: dict[str, float] = {}
+            stats: dict[str, Any] = {}
             sharded_update.copy_policy(policy_dir, sft_checkpoint, iteration_dir(work, iteration + 1))
             log.info("iteration %d: no group with reward variance (%d dropped): update skipped", iteration,
-                     len(dropped))
-        elif sharded:  # the workers write the next checkpoint themselves
-            samples = sharded_update.tokenize_samples(samples, tokenizer, max_length=rl.max_length, template=template)
-            paths = grpo.path_counts(samples)
-            stats = sharded_update.run_update(cfg, samples, policy_dir=policy_dir, reference_dir=sft_checkpoint,
-                                              dest=iteration_dir(work, iteration + 1), folder=work / "update",
-                                              update_seed=update_seed, torch_seed=derive_seed(seed, "rl-torch", iteration),
-                                              log_file=log_file)
-            stats["token_paths"] = paths
+                     len(weighed.dropped))
         else:
-            samples = grpo.prepare(samples, tokenizer, policy, reference, max_length=rl.max_length, template=template,
-                                   temperature=rl.temperature, single_step=rl.epochs == 1 and rl.minibatches == 1)
-            stats = grpo.update(policy, optimizer, samples, epochs=rl.epochs, minibatches=rl.minibatches,
-                                clip_eps=rl.clip_eps, kl_coef=rl.kl_coef, max_grad_norm=rl.max_grad_norm,
-                                rng=random.Random(update_seed), temperature=rl.temperature, is_cap=rl.is_cap,
-                                mismatch_threshold=rl.mismatch_threshold)
-            stats["token_paths"] = grpo.path_counts(samples)
+            stats = _update(cfg, trainer, weighed.samples, iteration=iteration, seed=seed, policy_dir=policy_dir,
+                            sft_checkpoint=sft_checkpoint, work=work, log_file=log_file)
         row = _curve_row(iteration, scored, stats, time.monotonic() - t0, chosen=[t.slot for t in chosen],
-                         groups=len(groups), dropped=dropped, skipped=skipped)
-        for e, a in zip(scored, advantage, strict=True):
+                         groups=len(weighed.groups), dropped=weighed.dropped, skipped=skipped)
+        for e, a in zip(scored, weighed.advantage, strict=True):
             e["advantage"] = round(a, 6)
         atomic.write_json(work / "episodes" / f"iteration_{iteration:04d}.json", scored)
         policy_dir = iteration_dir(work, iteration + 1)
-        if not sharded and not skipped:
-            _save_checkpoint(policy, optimizer, sft_checkpoint, policy_dir)
+        if not trainer.sharded and not skipped:
+            _save_checkpoint(trainer.policy, trainer.optimizer, sft_checkpoint, policy_dir)
         state["curve"].append(row)
         state["finished"] = iteration + 1
         tracker.log({**{k: v for k, v in row.items() if k != "iteration"}, **row.get("token_paths", {})},
@@ -408,18 +483,7 @@ def run_rl(cfg: GymforgeConfig, sft_checkpoint: Path, tasks: list[Any], checkpoi
                  row["groups"], row["wall_s"])
 
     tracker.finish()
-    final = iteration_dir(work, state["finished"])
-    tmp = checkpoint_out.with_name(checkpoint_out.name + ".tmp")
-    shutil.rmtree(tmp, ignore_errors=True)
-    shutil.copytree(final, tmp, ignore=shutil.ignore_patterns("optimizer.pt", "optimizer_deepspeed"))
-    shutil.rmtree(checkpoint_out, ignore_errors=True)
-    tmp.rename(checkpoint_out)
-    quarters = quarter_means(state["curve"])
-    if quarters:
-        meta["first_quarter_mean_reward"], meta["last_quarter_mean_reward"] = (round(q, 6) for q in quarters)
-    meta["groups_dropped_zero_variance"] = sum(r.get("groups_dropped_zero_variance", 0) for r in state["curve"])
-    meta["updates_skipped"] = sum(1 for r in state["curve"] if r.get("update_skipped"))
-    write_curve(curve_out, state["curve"], meta)
+    _finish(checkpoint_out, curve_out, iteration_dir(work, state["finished"]), state["curve"], meta)
     return json.loads(curve_out.read_text())
 
 
