@@ -329,8 +329,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("query")
     p.add_argument("--limit", type=int, default=10)
 
-    p = command("schemas", _run_tool, "regenerate (or --check) the JSON schemas from the Pydantic models", config=False)
+    p = command("schemas", _run_tool, "regenerate (or --check) the JSON schemas and the key table of "
+                "docs/configuration.md from the Pydantic models", config=False)
     p.add_argument("--out", default="schemas")
+    p.add_argument("--docs", default="docs/configuration.md", help="the doc whose key table is generated too")
     p.add_argument("--check", action="store_true")
     return parser
 

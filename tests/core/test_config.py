@@ -59,77 +59,25 @@ def test_rerun_digest_ignores_topic_count_budget_and_price():
     assert base.digest("seed", "teacher", "topics") != reseeded.digest("seed", "teacher", "topics")
 
 
-def _docs_config_rows() -> list[list[str]]:
-    """The rows of the key table in docs/configuration.md: key | default | config.yaml | meaning."""
-    text = (REPO / "docs" / "configuration.md").read_text()
-    table = text[text.index("\n| key |") + 1:].splitlines()
-    lines = table[:next((i for i, ln in enumerate(table) if not ln.startswith("|")), len(table))]  # the table alone
-    assert lines[0].split("|")[1:4] == [" key ", " default ", " `config.yaml` "], lines[0]
-    return [[cell.strip() for cell in ln.strip().strip("|").split("|")] for ln in lines[1:] if not ln.startswith("|---")]
-
-
-def _table_keys(cell: str) -> list[str]:
-    """"`llm.teacher.base_url`, `model`" -> llm.teacher.base_url, llm.teacher.model (later keys share the first's parent)."""
-    keys = [k.strip().strip("`") for k in cell.split(",")]
-    parent = keys[0].rpartition(".")[0]
-    return [keys[0], *(k if "." in k else f"{parent}.{k}" if parent else k for k in keys[1:])]
-
-
-def _table_value(cell: str) -> Any:
-    cell = cell.strip().strip("`")
-    if " / " in cell:  # a price: input / output per million tokens
-        return {"input_per_mtok": float(cell.split(" / ")[0]), "output_per_mtok": float(cell.split(" / ")[1])}
-    if cell.startswith("["):
-        return yaml.safe_load(cell)
-    if cell in ("null", "true", "false"):
-        return {"null": None, "true": True, "false": False}[cell]
-    for kind in (int, float):
-        try:
-            return kind(cell)
-        except ValueError:
-            pass
-    return cell
-
-
-def _table_values(cell: str, n: int) -> list[Any]:
-    values = [_table_value(v) for v in cell.split(", ")] if cell else []
-    return values * n if len(values) == 1 else values
-
-
 def _lookup(tree: dict, key: str) -> Any:
     for part in key.split("."):
         tree = tree[part]
     return tree
 
 
-def test_docs_config_table_states_the_model_defaults_and_config_yaml_overrides():
+def test_config_yaml_sets_only_what_differs_from_the_defaults():
+    """The quick start's config.yaml overrides only what the offline run sets differently (docs/configuration.md's
+    key table, generated from the models and this file, shows them), but batch_size, kept on purpose with the
+    measurement that explains it."""
     defaults = GymforgeConfig().model_dump()
     overrides = yaml.safe_load((REPO / "config.yaml").read_text())
-    listed = set()
-    rows = _docs_config_rows()
-    assert len(rows) >= 30
-    for key_cell, default_cell, yaml_cell, _meaning in rows:
-        keys = _table_keys(key_cell)
-        assert _table_values(default_cell, len(keys)) == [_lookup(defaults, k) for k in keys], key_cell
-        yaml_values = _table_values(yaml_cell, len(keys)) or ["-"] * len(keys)
-        assert len(yaml_values) == len(keys), key_cell
-        for key, value in zip(keys, yaml_values, strict=True):
-            try:
-                set_here = _lookup(overrides, key)
-            except (KeyError, TypeError):
-                assert value == "-", f"{key}: the table says config.yaml sets {value!r}; it does not"
-                continue
-            assert value == set_here, f"{key}: config.yaml sets {set_here!r}, the table says {value!r}"
-            listed.add(key)
 
     def leaves(tree: dict, prefix: str = "") -> list[str]:
         return [leaf for k, v in tree.items() for leaf in
                 (leaves(v, f"{prefix}{k}.") if isinstance(v, dict) and k != "price" else [f"{prefix}{k}"])]
 
-    # every key config.yaml sets is in the table, and none of them merely repeats its default (but batch_size,
-    # kept on purpose with the measurement that explains it)
-    assert set(leaves(overrides)) == listed
-    assert [k for k in listed if _lookup(overrides, k) == _lookup(defaults, k)] == ["train.batch_size"]
+    assert len(leaves(overrides)) >= 10
+    assert [k for k in leaves(overrides) if _lookup(overrides, k) == _lookup(defaults, k)] == ["train.batch_size"]
 
 
 # ---- how config files layer ------------------------------------------------------------------------------------

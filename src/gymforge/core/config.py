@@ -45,8 +45,9 @@ class GymforgeConfig(Strict):
         description="Config files this one is layered over (paths relative to it), e.g. `base: ../config.yaml` to "
                     "inherit the quick start's settings; without it a file stands alone over these defaults. "
                     "Resolved when the file is read (gymforge.core.config.read_layers).")
-    seed: int = 0
-    results_dir: str = "results"
+    seed: int = Field(0, description="Run seed: every teacher request's seed derives from it and the item id; "
+                      "training and RL use it unless they set their own.")
+    results_dir: str = Field("results", description="Where every output goes (relative to the working directory).")
     cache_dir: str = Field(".cache/gymforge", description="LLM response cache and the offline dataset hub.")
     topics: TopicsConfig = TopicsConfig()
     llm: LLMConfig = LLMConfig()

@@ -1,4 +1,5 @@
-"""JSON schemas in `schemas/` are generated from the Pydantic models, never edited by hand (`gymforge schemas`)."""
+"""JSON schemas in `schemas/`, and the key table of docs/configuration.md (gymforge.tools.config_docs), are generated
+from the Pydantic models, never edited by hand (`gymforge schemas`)."""
 
 from __future__ import annotations
 
@@ -11,8 +12,9 @@ from pydantic import BaseModel
 
 from gymforge.core import atomic
 from gymforge.core import records as specs
-from gymforge.core.config import GymforgeConfig
+from gymforge.core.config import DEFAULT_CONFIG_FILE, GymforgeConfig
 from gymforge.tasks.mlgym import DatasetConfig, TaskConfig
+from gymforge.tools import config_docs
 
 
 def _models() -> dict[str, type[BaseModel]]:
@@ -44,12 +46,19 @@ def check_schemas(out: Path) -> list[str]:
 
 
 def main(args: Any) -> None:
-    """`gymforge schemas [--out DIR] [--check]`."""
+    """`gymforge schemas [--out DIR] [--docs FILE] [--check]`: the JSON schemas, and the key table of `--docs`
+    (docs/configuration.md of the checkout, its `config.yaml` column from ./config.yaml) when that file exists."""
+    docs = Path(args.docs)
+    expected = config_docs.expected_docs(docs, Path(DEFAULT_CONFIG_FILE)) if docs.is_file() else None
     if args.check:
         stale = check_schemas(Path(args.out))
+        if expected is not None and docs.read_text() != expected:
+            stale.append(str(docs))
         if stale:
             sys.exit("schemas out of date (run `gymforge schemas`): " + ", ".join(stale))
         print("schemas up to date")
     else:
         for path in write_schemas(Path(args.out)):
             print(path)
+        if expected is not None and docs.read_text() != expected:
+            print(atomic.write_text(docs, expected))

@@ -23,9 +23,11 @@ class ModelSpec(RequestOptions):
         description="`teacher`: llm.teacher (with `model` as its model name when set); `student-base`/`student-sft`: "
         "the student before/after SFT, served by evaluate.serving; `student-rl`: the RL checkpoint (rule train_rl); `endpoint`: an external OpenAI-compatible endpoint "
         "(`base_url`, `model`); `checkpoint`: a local model folder or hub id in `model`, served by evaluate.serving.")
-    model: str | None = None
-    base_url: str | None = None
-    api_key_env: str = "OPENAI_API_KEY"
+    model: str | None = Field(None, description="The model name (`teacher`: instead of llm.teacher.model; "
+                              "`endpoint`: required) or, for `checkpoint`, a local folder or hub id.")
+    base_url: str | None = Field(None, description="The endpoint URL ending in /v1 (`endpoint` models).")
+    api_key_env: str = Field("OPENAI_API_KEY", description="Name of the environment variable holding the "
+                             "endpoint's API key (`endpoint` models).")
     price: Price = Price()
 
     def identity_json(self) -> str:
@@ -50,9 +52,10 @@ class ServingConfig(Strict):
         "auto", description="How local checkpoints are served: `transformers` (loopback server, CPU or GPU), `vllm` "
         "(launched per job, GPU), `auto`: vllm when gpus > 0 and vllm is installed, else transformers.")
     gpus: int = Field(0, ge=0, description="GPUs each evaluation job of a served model declares.")
-    max_new_tokens: int = Field(1024, ge=1)
-    temperature: float = Field(0.7, ge=0, le=2)
-    startup_timeout_s: float = Field(900.0, gt=0)
+    max_new_tokens: int = Field(1024, ge=1, description="Tokens per reply of a served model.")
+    temperature: float = Field(0.7, ge=0, le=2, description="Sampling temperature of a served model.")
+    startup_timeout_s: float = Field(900.0, gt=0, description="Longest wait for a served model to answer its "
+                                     "first request (loading the weights included).")
     vllm_args: list[str] = Field([], description="Extra arguments for `vllm serve` (e.g. --max-model-len 32768).")
 
 
@@ -77,8 +80,9 @@ class EvaluateConfig(Strict):
          ModelSpec(name="student-sft", source="student-sft")],
         description="Models to score; the baseline pseudo-model is always added.")
     serving: ServingConfig = ServingConfig()
-    mem_mb: int = Field(4096, ge=256)
-    runtime_min: int = Field(240, ge=1)
+    mem_mb: int = Field(4096, ge=256, description="Memory each eval_runs / check_benchmark_task job declares.")
+    runtime_min: int = Field(240, ge=1, description="Wall-clock minutes each eval_runs / check_benchmark_task job "
+                             "declares.")
     threads: int = Field(1, ge=1, description="CPU cores each eval_runs / check_benchmark_task job declares.")
 
     @model_validator(mode="after")

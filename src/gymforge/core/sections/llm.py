@@ -13,8 +13,9 @@ from gymforge.core.sections.base import ConfigError, Strict
 class Price(Strict):
     """USD per million tokens; used for cost accounting and the budget."""
 
-    input_per_mtok: float = Field(0.0, ge=0)
-    output_per_mtok: float = Field(0.0, ge=0)
+    input_per_mtok: float = Field(0.0, ge=0, description="USD per million prompt tokens.")
+    output_per_mtok: float = Field(0.0, ge=0, description="USD per million completion tokens (reasoning tokens "
+                                   "included).")
 
     def cost(self, prompt_tokens: int, completion_tokens: int) -> float:
         return (prompt_tokens * self.input_per_mtok + completion_tokens * self.output_per_mtok) / 1e6
@@ -33,7 +34,7 @@ class RequestOptions(Strict):
     token_param: Literal["max_tokens", "max_completion_tokens"] = Field(
         "max_tokens", description="The request field that carries the reply's token limit (`max_tokens` of the "
         "endpoint): reasoning models reject `max_tokens` and count their reasoning tokens within "
-        "`max_completion_tokens`.")
+        "`max_completion_tokens` (docs/configuration.md#reasoning-model-endpoints).")
     omit_params: list[Literal["temperature", "seed"]] = Field(
         [], description="Sampling fields never sent, for endpoints that reject them (reasoning models accept only "
         "their default temperature); the endpoint's own default then applies.")
@@ -76,15 +77,18 @@ class EndpointConfig(RequestOptions):
     )
     base_url: str | None = Field(None, validate_default=True,
                                  description="Endpoint URL ending in /v1; required for `openai` unless OPENAI_BASE_URL is set.")
-    model: str = "gymforge-offline-teacher"
+    model: str = Field("gymforge-offline-teacher", description="Model name sent with every request.")
     api_key_env: str = Field("OPENAI_API_KEY", description="Name of the environment variable holding the API key; the key itself is never stored.")
-    temperature: float = Field(0.7, ge=0, le=2)
-    max_tokens: int = Field(4096, ge=1)
+    temperature: float = Field(0.7, ge=0, le=2, description="Sampling temperature (part of the response cache key).")
+    max_tokens: int = Field(4096, ge=1, description="The reply's token limit, whichever field carries it "
+                            "(`token_param`); the budget may lower it for one attempt.")
     concurrency: int = Field(4, ge=1, description="Maximum simultaneous requests from one job.")
     timeout_s: float = Field(120.0, gt=0, description="Longest wait for one reply (reading it included).")
     connect_timeout_s: float = Field(10.0, gt=0, description="Longest wait to open a connection: an unreachable "
                                      "endpoint fails each attempt after this long, not after `timeout_s`.")
-    max_retries: int = Field(6, ge=0)
+    max_retries: int = Field(6, ge=0, description="Retries of a transient failure, with "
+                             "full-jitter exponential backoff that honours `Retry-After` "
+                             "(docs/operations.md#faults-kills-and-the-budget).")
     token_ids: bool = Field(False, description="Ask for the prompt's and the reply's token ids and the sampled tokens' "
                             "log-probs (`logprobs` plus vLLM's `return_token_ids`); gymforge turns it on for the "
                             "checkpoints it serves itself. An external API may refuse the extra field.")
@@ -120,5 +124,6 @@ class EndpointConfig(RequestOptions):
 class LLMConfig(Strict):
     budget_usd: float = Field(10.0, gt=0, description="Hard cap on spend across all stages (results dir): requests are "
                               "admitted while their realistic cost fits, with max_tokens lowered so that the worst "
-                              "case of everything in flight does too; actual spend never exceeds it.")
+                              "case of everything in flight does too; actual spend never exceeds it "
+                              "(docs/operations.md#faults-kills-and-the-budget).")
     teacher: EndpointConfig = EndpointConfig()

