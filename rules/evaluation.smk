@@ -6,6 +6,8 @@ from gymforge.core.plan import run_ids, teacher_identity
 BENCHMARK = load_benchmark(CFG.evaluate)
 BENCHMARK_TASKS = [t.id for t in BENCHMARK]
 TASK_GPUS = {t.id: t.gpus for t in BENCHMARK}  # a GPU task's job declares (and leases) its GPUs
+# A Harbor task's folder (evaluate.harbor) is its jobs' input: an edited folder reruns them.
+TASK_FILES = {t.id: sorted(str(p) for p in t.root.rglob("*") if p.is_file()) for t in BENCHMARK if t.benchmark == "harbor"}
 EVAL_MODELS = [m.name for m in CFG.evaluate.models]
 SCORES = f"{R}/scores"
 EVAL_RECORDS = expand(f"{SCORES}/runs/{{model}}/{{task}}.json", model=EVAL_MODELS, task=BENCHMARK_TASKS)
@@ -40,6 +42,7 @@ rule eval_runs:
     input:
         checkpoint=built_checkpoint,
         decontamination=DECONTAMINATION,
+        task=lambda w: TASK_FILES.get(w.task, []),
     output:
         f"{SCORES}/runs/{{model}}/{{task}}.json",
     log:
@@ -71,6 +74,8 @@ rule eval_runs:
 rule check_benchmark_task:
     # Each benchmark task's evaluator, probed once with knowledge-free degenerate submissions (gymforge
     # check-task); score_table reports a gameable one beside its AUP contribution.
+    input:
+        task=lambda w: TASK_FILES.get(w.task, []),
     output:
         f"{SCORES}/checks/{{task}}.json",
     log:

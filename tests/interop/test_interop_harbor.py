@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shlex
 import subprocess
 import sys
@@ -429,3 +430,122 @@ def test_a_hand_run_gpu_task_takes_a_lease_like_a_job(tmp_path: Path, monkeypatc
     with leased_sandbox(cfg, task, say=said.append) as sandbox:
         assert not sandbox.gpus and "CUDA_VISIBLE_DEVICES" not in os.environ
     assert said == ["tiny-ml: task.toml declares 1 GPU(s) and 0 are here: it runs with 0"]
+
+
+# -- the benchmark: Harbor folders in evaluate.harbor, run by gymforge's agent and scored by their verifiers --------
+
+def harbor_cfg(tmp_path: Path, folders: list[Path], tasks: list[str] | None = None) -> GymforgeConfig:
+    return GymforgeConfig.model_validate({
+        "results_dir": str(tmp_path / "results"), "cache_dir": str(tmp_path / "cache"),
+        "evaluate": {"runs_per_task": 1, "max_steps": 8, "harbor": [str(f) for f in folders], "tasks": tasks,
+                     "models": [{"name": "teacher", "source": "teacher"}]}})
+
+
+def test_harbor_folders_join_the_benchmark(tmp_path: Path) -> None:
+    from gymforge.benchmark.suite import BenchmarkError, load_benchmark, recorded_baseline
+
+    hello, ml = write_task(tmp_path / "hello-world", HELLO), write_task(tmp_path / "tiny-ml", ML)
+    tasks = load_benchmark(harbor_cfg(tmp_path, [hello, ml]).evaluate)
+    assert [t.id for t in tasks][-2:] == ["hello-world", "tiny-ml"] and len(tasks) > 2  # beside the built-in suite
+    by_id = {t.id: t for t in tasks}
+    assert (by_id["tiny-ml"].gpus, by_id["hello-world"].gpus, by_id["tiny-ml"].benchmark) == (1, 0, "harbor")
+    assert (by_id["tiny-ml"].metric, by_id["tiny-ml"].higher_is_better) == ("reward", True)
+    assert recorded_baseline(by_id["tiny-ml"]) is None
+    only = load_benchmark(harbor_cfg(tmp_path, [hello, ml], tasks=["tiny-ml"]).evaluate)  # only Harbor tasks named
+    assert [t.id for t in only] == ["tiny-ml"]
+    with pytest.raises(BenchmarkError, match="is not a Harbor task folder"):
+        load_benchmark(harbor_cfg(tmp_path, [tmp_path]).evaluate)
+    with pytest.raises(ValueError, match="may only use ASCII letters"):
+        harbor_cfg(tmp_path, [tmp_path / "a task"])
+
+
+def test_the_benchmark_runs_an_exported_folder_to_the_same_score(exported: Path, baseline, tmp_path: Path) -> None:
+    """export -> evaluate.harbor -> eval-runs (the offline teacher as the agent, gymforge's sandbox) -> the score
+    gymforge measured, to 1e-6; the benchmark's evaluator check is the folder's checks; the score table reads the
+    metric and the baseline task.toml records."""
+    from gymforge.core.records import CheckReport, EvalRecord
+    from gymforge.stages.evaluation import check_benchmark_task, evaluate_task
+    from gymforge.stages.scores import score_table
+
+    hello = write_task(tmp_path / "hello-world", HELLO)
+    cfg = harbor_cfg(tmp_path, [exported, hello], tasks=["csvTiny", "hello-world"])
+    runs = cfg.results / "scores" / "runs" / "teacher"
+    record = evaluate_task(cfg, "teacher", "csvTiny", [0], runs / "csvTiny.json")
+    assert record.baseline == {"rmse": baseline["rmse"]}
+    [run] = record.runs
+    assert run.valid_submission and abs(run.scores[-1]["rmse"] - baseline["rmse"]) < 1e-6, run
+    assert evaluate_task(cfg, "teacher", "hello-world", [0], runs / "hello-world.json").runs[0].scores
+    checks = cfg.results / "scores" / "checks"
+    checks.mkdir(parents=True)
+    for task in ("csvTiny", "hello-world"):
+        assert "every check passed" in check_benchmark_task(cfg, task, checks / f"{task}.json")
+    report = CheckReport.model_validate_json((checks / "csvTiny.json").read_text())
+    assert abs(report.baseline - baseline["rmse"]) < 1e-6 and not report.gameable
+    score_table(cfg, [runs / "csvTiny.json", runs / "hello-world.json"], aup_out=tmp_path / "aup.csv",
+                scores_out=tmp_path / "scores.json", replies_out=tmp_path / "r.json", violins_out=tmp_path / "v.png",
+                bars_out=tmp_path / "b.png", profiles_out=tmp_path / "p.png",
+                checks=[checks / "csvTiny.json", checks / "hello-world.json"])
+    scores = json.loads((tmp_path / "scores.json").read_text())
+    assert scores["benchmark_tasks"] == ["csvTiny", "hello-world"] and scores["evaluators"]["gameable"] == []
+    assert EvalRecord.model_validate_json((runs / "csvTiny.json").read_text()).runs == [run]
+
+
+def test_a_harbor_task_declaring_a_gpu_plans_its_jobs_with_it(tmp_path: Path) -> None:
+    """`snakemake -n`: the eval_runs and check_benchmark_task jobs of a Harbor task whose task.toml declares gpus = 1
+    declare gpu=1 (Snakemake's `gpu` resource, leased by `with-gpus`), a task declaring none gpu=0; the folder's
+    files are the jobs' input."""
+    from workflow_copy import copy_workflow
+
+    hello, ml = write_task(tmp_path / "hello-world", HELLO), write_task(tmp_path / "tiny-ml", ML)
+    workdir = copy_workflow(tmp_path / "wf", "rules")
+    overrides = (f"evaluate={{harbor: [{hello}, {ml}], tasks: [hello-world, tiny-ml], "
+                 "models: [{name: teacher, source: teacher}]}")
+    targets = [f"results/scores/{kind}/{task}.json" for kind in ("runs/teacher", "checks")
+               for task in ("hello-world", "tiny-ml")]
+    proc = subprocess.run([sys.executable, "-m", "snakemake", "-n", "--cores", "2", "--config", overrides,
+                           "topics={n: 1, batch_size: 1}", "--", *targets],
+                          cwd=workdir, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    planned = {}
+    for block in proc.stdout.split("rule ")[1:]:
+        rule = block.split(":", 1)[0]
+        if rule in ("eval_runs", "check_benchmark_task"):
+            task = re.search(r"task=([\w-]+)", block).group(1)
+            planned[rule, task] = int(re.search(r"resources: .*\bgpu=(\d+)", block).group(1))
+            assert str(tmp_path / task / "task.toml") in block  # the folder is an input
+    assert planned == {("eval_runs", "hello-world"): 0, ("eval_runs", "tiny-ml"): 1,
+                       ("check_benchmark_task", "hello-world"): 0, ("check_benchmark_task", "tiny-ml"): 1}
+
+
+GPU_TASK = {**ML, "solution/solve.sh": ML["solution/solve.sh"] + "nvidia-smi -L > /app/gpus.txt\n",
+            "task.toml": ML["task.toml"].replace('artifacts = ["/app/predictions.csv"]',
+                                                 'artifacts = ["/app/predictions.csv", "/app/gpus.txt"]'),
+            "tests/test.sh": "#!/bin/bash\npython3 /tests/score.py\ngrep -q GPU /app/gpus.txt || "
+                             "echo '{\"reward\": 0}' > /logs/verifier/reward.json\n"}
+
+
+def test_a_gpu_harbor_task_in_the_benchmark(tmp_path: Path, monkeypatch) -> None:
+    """The benchmark's job for a Harbor task declaring gpus = 1: without a GPU it is refused with the reason and
+    what to do; with the job's lease (one visible device) it runs in a sandbox given the GPUs. The task's own use of
+    the GPU (its solution lists it with nvidia-smi, its verifier checks that) needs one: skipped without."""
+    from gymforge.benchmark.suite import TaskUnavailable
+    from gymforge.runtime.gpus import gpu_count
+    from gymforge.stages import evaluation
+    from gymforge.tasks import episode
+
+    ml = write_task(tmp_path / "tiny-ml", GPU_TASK)
+    cfg = harbor_cfg(tmp_path, [ml], tasks=["tiny-ml"])
+    out = cfg.results / "scores" / "runs" / "teacher" / "tiny-ml.json"
+    monkeypatch.setattr(evaluation, "visible_gpus", lambda: 0)
+    with pytest.raises(TaskUnavailable, match=r"needs 1 GPU\(s\) \(its task.toml declares them\) and this job sees 0"):
+        evaluation.evaluate_task(cfg, "teacher", "tiny-ml", [0], out)
+    given = []
+    real = episode.sandbox_for
+    monkeypatch.setattr(episode, "sandbox_for", lambda c, n: given.append(n) or real(c, n))
+    monkeypatch.setattr(evaluation, "visible_gpus", lambda: 1)  # the job's lease
+    record = evaluation.evaluate_task(cfg, "teacher", "tiny-ml", [0], out)
+    assert given == [1] and record.runs[0].scores  # its sandbox was given the GPU; the verifier scored the runs
+    if gpu_count() == 0:
+        pytest.skip("no GPU here: the task's solution lists the GPU it was given (nvidia-smi), which needs one")
+    with_gpu = run_harbor_task(ml, tmp_path / "trial", sandbox=sandbox_for_task(GymforgeConfig(), HarborTask.read(ml)))
+    assert with_gpu.rewards["reward"] == 1.0, with_gpu

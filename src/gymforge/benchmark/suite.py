@@ -8,6 +8,10 @@ classification, regression and forecasting, tabular model submission, matrix gam
 packing heuristics on scikit-learn, palmerpenguins, statsmodels and vega datasets). Their data is
 synthetic, generated from fixed seeds by `gymforge.benchmark.generate`.
 
+Harbor task folders (`evaluate.harbor`, docs/interop.md) join any of these: each is a task whose id is its folder's
+name, run by gymforge's agent in its sandbox and scored by its own verifier (`tests/test.sh`), with the GPUs its
+task.toml declares.
+
 The built-in post-training suite (`posttraining`, docs/post-training.md) lives in the same tree: post-train
 SmolLM2-135M-Instruct on CPU so that a held-out, generation-scored evaluation improves (penguin species, ISO 8601
 dates, metric unit conversions); its data is made by seeded scripts under `scripts/`.
@@ -35,9 +39,10 @@ from gymforge.tasks.mlgym import (
     load_task_config,
 )
 from gymforge.tasks.datacache import MANIFEST, entry_dir
+from gymforge.tasks.harbor import HarborTask, folder_digest, is_harbor_folder
 from gymforge.tasks import prepare
 
-BenchmarkName = Literal["builtin", "posttraining", "mlgym"]
+BenchmarkName = Literal["builtin", "posttraining", "mlgym", "harbor"]
 
 
 class BenchmarkError(ValueError):
@@ -51,9 +56,9 @@ class BenchmarkTask(BaseModel):
 
     id: str
     name: str
-    task_yaml: Path
-    root: Path  # the MLGym-layout tree task_yaml's paths resolve against
-    entrypoint: Entrypoint
+    task_yaml: Path  # a Harbor task's folder (`benchmark` "harbor")
+    root: Path  # the MLGym-layout tree task_yaml's paths resolve against (a Harbor task: its folder)
+    entrypoint: Entrypoint | Literal["harbor"]
     metric: str  # the priority metric (a key of the evaluation's JSON)
     higher_is_better: bool
     family: str  # a short label of the task family
@@ -127,7 +132,8 @@ def unmet_needs(task: BenchmarkTask, dataset_cache: Path | str, gpus: int) -> li
             f"only these: `snakemake {' '.join(str(entry_dir(dataset_cache, i) / MANIFEST) for i in unfetched)}`"
         )
     if gpus < task.gpus:
-        why = MLGYM_GPUS.get(task.id, (0, "its config says so" if task.benchmark == "mlgym" else "evaluate.task_gpus"))[1]
+        why = MLGYM_GPUS.get(task.id, (0, {"mlgym": "its config says so", "harbor": "its task.toml declares them"}.get(
+            task.benchmark, "evaluate.task_gpus")))[1]
         problems.append(
             f"it needs {task.gpus} GPU(s) ({why}) and this job sees {gpus}: run it on a GPU host with "
             f"`snakemake --resources gpu=N`, or leave it out with evaluate.tasks"
@@ -266,24 +272,75 @@ def mlgym_tasks(mlgym_root: Path | str, task_ids: Sequence[str] | None = None) -
     return tasks
 
 
+def harbor_tasks(folders: Sequence[Path | str]) -> list[BenchmarkTask]:
+    """Harbor task folders as benchmark tasks: the id is the folder's name; the metric and its direction are
+    task.toml's `[metadata] metric` and `higher_is_better` (gymforge's exports write them), else Harbor's `reward`,
+    higher is better; the GPUs are `[environment] gpus`. Nothing is known of their family or data, so
+    decontamination has nothing to compare them on."""
+    tasks, seen = [], {}
+    for entry in folders:
+        folder = Path(entry).expanduser().resolve()
+        if not is_harbor_folder(folder) or not (folder / "tests" / "test.sh").is_file():
+            raise BenchmarkError(f"evaluate.harbor: {entry} is not a Harbor task folder (task.toml and tests/test.sh)")
+        if folder.name in seen:
+            raise BenchmarkError(f"evaluate.harbor: {seen[folder.name]} and {entry} are both named {folder.name}, "
+                                 "their task id; rename one")
+        seen[folder.name] = entry
+        harbor = HarborTask.read(folder)
+        tasks.append(BenchmarkTask(
+            id=folder.name, name=str(harbor.name or folder.name), task_yaml=folder, root=folder, entrypoint="harbor",
+            metric=str(harbor.metadata.get("metric") or "reward"),
+            higher_is_better=bool(harbor.metadata.get("higher_is_better", True)), family=f"harbor:{folder.name}",
+            keywords=[], datasets=[], benchmark="harbor", gpus=harbor.gpus))
+    return tasks
+
+
+def recorded_baseline(task: BenchmarkTask) -> dict[str, float] | None:
+    """The baseline scores a task records (the baseline pseudo-model's): an MLGym task's `baseline_scores`, a
+    Harbor task's `[metadata] baseline` under its metric (gymforge's exports record it; others have none)."""
+    if task.benchmark == "harbor":
+        value = HarborTask.read(task.root).metadata.get("baseline")
+        is_number = isinstance(value, (int, float)) and not isinstance(value, bool)
+        return {task.metric: float(value)} if is_number else None
+    config = load_task_config(task.task_yaml)
+    return dict(config.baseline_scores[0]) if config.baseline_scores else None
+
+
+def task_digest(task_yaml: Path) -> str:
+    """What a task's runs depend on of its files: its YAML's text, or a Harbor folder's contents' digest."""
+    return folder_digest(task_yaml) if Path(task_yaml).is_dir() else Path(task_yaml).read_text()
+
+
 def load_benchmark(evaluate_cfg: EvaluateConfig) -> list[BenchmarkTask]:
-    """The tasks `evaluate` runs: the configured benchmark, narrowed to `evaluate.tasks` when given."""
+    """The tasks `evaluate` runs: the configured benchmark and `evaluate.harbor`'s folders, narrowed to
+    `evaluate.tasks` when given."""
     if evaluate_cfg.tasks is not None and not evaluate_cfg.tasks:
         raise BenchmarkError("evaluate.tasks is empty; list task ids or set it to null for every task of the benchmark")
+    harbor = harbor_tasks(evaluate_cfg.harbor)
+    wanted = evaluate_cfg.tasks
+    if harbor and wanted is not None:
+        wanted = [t for t in wanted if t not in {h.id for h in harbor}] or None
+        harbor = [h for h in harbor if h.id in evaluate_cfg.tasks]
+        if wanted is None:  # only Harbor tasks named: the benchmark's own are left out
+            return harbor
     if evaluate_cfg.benchmark == "mlgym":
         if not evaluate_cfg.mlgym_root:
             raise BenchmarkError("evaluate.mlgym_root is required when evaluate.benchmark is 'mlgym'")
-        return mlgym_tasks(evaluate_cfg.mlgym_root, evaluate_cfg.tasks)
-    tasks = builtin_tasks(evaluate_cfg.benchmark, evaluate_cfg.task_gpus)
-    if evaluate_cfg.tasks is None:
-        return tasks
-    by_id = {t.id: t for t in tasks}
-    if unknown := [t for t in evaluate_cfg.tasks if t not in by_id]:
-        raise BenchmarkError(
-            f"evaluate.tasks: unknown task id(s) {', '.join(unknown)} for the {evaluate_cfg.benchmark} benchmark; "
-            f"available: {', '.join(by_id)}"
-        )
-    return [by_id[t] for t in dict.fromkeys(evaluate_cfg.tasks)]
+        tasks = mlgym_tasks(evaluate_cfg.mlgym_root, wanted)
+    else:
+        tasks = builtin_tasks(evaluate_cfg.benchmark, evaluate_cfg.task_gpus)
+    if wanted is not None and evaluate_cfg.benchmark != "mlgym":
+        by_id = {t.id: t for t in tasks}
+        if unknown := [t for t in wanted if t not in by_id]:
+            raise BenchmarkError(
+                f"evaluate.tasks: unknown task id(s) {', '.join(unknown)} for the {evaluate_cfg.benchmark} benchmark; "
+                f"available: {', '.join([*by_id, *(h.id for h in harbor_tasks(evaluate_cfg.harbor))])}"
+            )
+        tasks = [by_id[t] for t in dict.fromkeys(wanted)]
+    if clash := {t.id for t in tasks} & {h.id for h in harbor}:
+        raise BenchmarkError(f"evaluate.harbor: {', '.join(sorted(clash))} is also a task of the "
+                             f"{evaluate_cfg.benchmark} benchmark; rename the folder")
+    return tasks + harbor
 
 
 def task_meta(tasks: list[BenchmarkTask]) -> dict[str, dict[str, str | bool]]:

@@ -32,13 +32,13 @@ from gymforge.core.records import (EvalRecord, Exit, RunSummary, Trajectory, Usa
                                    text_hash)
 from gymforge.core.plan import SERVED_SOURCES, model_spec, run_folder, run_ids, teacher_identity  # noqa: F401  (re-exported)
 from gymforge.benchmark.decontamination import ContaminationError, describe, proposal_extra, run
-from gymforge.benchmark.suite import load_benchmark, require_runnable
+from gymforge.benchmark.suite import load_benchmark, recorded_baseline, require_runnable, task_digest
 from gymforge.runtime.gpus import device_total, visible_devices
 from gymforge.llm.client import LLMClient
 from gymforge.llm.serving import open_endpoint
 from gymforge.tasks.datacache import cache_root
 from gymforge.tasks.episode import EpisodeRunner
-from gymforge.tasks.mlgym import load_task_config
+from gymforge.tasks.harbor import check_harbor_task
 from gymforge.tasks.coherence import check_coherence
 from gymforge.tasks.probes import measure_baseline, probe_environment
 
@@ -69,7 +69,7 @@ def fingerprint(cfg: GymforgeConfig, spec: ModelSpec, task_yaml: Path, served: s
     # the post-training suite's runs depend on the base model they post-train (post_training.base_model)
     sections = ("seed", "sandbox", "evaluate", *(("post_training",) if cfg.evaluate.benchmark == "posttraining" else ()))
     return text_hash(cfg.digest(*sections) + spec.identity_json() + served
-                     + teacher_identity(cfg, spec) + text_hash(task_yaml.read_text()))
+                     + teacher_identity(cfg, spec) + text_hash(task_digest(task_yaml)))
 
 
 def visible_gpus() -> int:
@@ -118,8 +118,7 @@ def evaluate_task(cfg: GymforgeConfig, model: str, task_id: str, runs: list[int]
     # hub data, GPUs: say what's missing; local data MLGym makes with a helper: made now, in the sandbox
     require_runnable(task, cache_root(cfg), visible_gpus() if task.gpus else 0, sandbox=episodes.sandbox,
                      limits=episodes.limits)
-    config = load_task_config(task.task_yaml)
-    baseline = config.baseline_scores[0] if config.baseline_scores else None
+    baseline = recorded_baseline(task)
     served = served_name(spec, checkpoint)
     stamp = fingerprint(cfg, spec, task.task_yaml, served)
     folder_root = out.parent / task_id
@@ -239,6 +238,13 @@ def check_benchmark_task(cfg: GymforgeConfig, task: str, out: Path) -> str:
     # In the job's scratch directory, which a rerun empties: a killed check leaves nothing beside the reports.
     where = Path(os.environ.get(SCRATCH_ENV) or out.parent)
     with tempfile.TemporaryDirectory(dir=where, prefix=f".{task}-check-") as scratch:
+        if found.benchmark == "harbor":  # its folder's checks (gymforge check-task FOLDER)
+            report = check_harbor_task(found.root, Path(scratch) / "run", sandbox=episodes.sandbox,
+                                       limits=episodes.limits)
+            atomic.write_text(out, report.model_dump_json(indent=1))
+            failed = report.harbor.failures if report.harbor else []
+            return (f"{task}: Harbor task folder, " + ("; ".join(failed) if failed else "every check passed")
+                    + f" ({report.seconds:.1f} s)")
         env = episodes.environment(found.task_yaml, root=found.root, run_dir=Path(scratch) / "run")
         env.install()
         baseline = measure_baseline(env)

@@ -17,10 +17,9 @@ from gymforge.benchmark.aup import RunResult, TaskMeta, aup_csv, bootstrap_aup, 
 from gymforge.core.config import GymforgeConfig, ModelSpec
 from gymforge.core.records import CheckReport
 from gymforge.stages.evaluation import EvalRecord
-from gymforge.benchmark.suite import load_benchmark
+from gymforge.benchmark.suite import load_benchmark, recorded_baseline
 from gymforge.report.score_plots import aup_bars, performance_profiles, violins
 from gymforge.report.summary import write_summary
-from gymforge.tasks.mlgym import load_task_config
 
 
 def _runs(records: dict[Path, EvalRecord]) -> list[RunResult]:
@@ -80,9 +79,9 @@ def score_table(cfg: GymforgeConfig, records: list[Path], *, aup_out: Path, scor
     metas = {t.id: TaskMeta(id=t.id, metric=t.metric, higher_is_better=t.higher_is_better) for t in benchmark}
     baselines = {}
     for t in benchmark:
-        recorded = load_task_config(t.task_yaml).baseline_scores
-        if recorded and t.metric in recorded[0]:
-            baselines[t.id] = recorded[0][t.metric]
+        recorded = recorded_baseline(t)
+        if recorded and t.metric in recorded:
+            baselines[t.id] = recorded[t.metric]
     loaded = {Path(f): EvalRecord.model_validate_json(Path(f).read_text()) for f in records}
     probed = evaluator_checks(list(checks or []))
     if cfg.evaluate.benchmark == "posttraining":

@@ -86,6 +86,7 @@ class HarborTask:
     copies: list[tuple[str, str]]  # (source under environment/, destination in the container) of COPY lines
     ignored: list[str] = field(default_factory=list)  # Dockerfile lines the local backend does not carry out
     metadata: dict[str, Any] = field(default_factory=dict)  # task.toml's [metadata] (free-form in Harbor's schema)
+    name: str | None = None  # task.toml's [task] name
 
     @classmethod
     def read(cls, folder: Path) -> HarborTask:
@@ -113,7 +114,7 @@ class HarborTask:
                    separate_verifier=mode == "separate" or (mode is None and "environment" in verifier),
                    artifacts=[a if isinstance(a, str) else a["source"] for a in config.get("artifacts", [])],
                    copies=copies, ignored=ignored,
-                   metadata=dict(config.get("metadata") or {}))
+                   metadata=dict(config.get("metadata") or {}), name=(config.get("task") or {}).get("name"))
 
     def materialize(self, dest: Path) -> Path:
         """The container's files under `dest` (a path of the container at dest/<path>), from the COPY lines."""
@@ -210,6 +211,7 @@ def agent_image_tag(folder: Path) -> str:
     return f"harbor-agent:{folder_digest(Path(folder))[:12]}"
 
 
+# long: one docker trial as Harbor runs it, in its order: build, agent step, carry artifacts, verify, read reward
 def docker_trial(folder: Path, *, base_url: str | None = None, solution: bool = True, gpus: int | None = None,
                  memory_mb: int | None = None, timeout_s: float | None = None) -> HarborRun:
     """Harbor's trial of one task folder with a docker daemon, as Harbor runs it: `environment/` built into the

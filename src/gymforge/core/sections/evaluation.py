@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 from typing import Literal
 
 from pydantic import Field, model_validator
@@ -66,6 +67,10 @@ class EvaluateConfig(Strict):
         "tasks of the checkout at mlgym_root.")
     mlgym_root: str | None = Field(None, description="An MLGym checkout (its configs/tasks/*.yaml and data/).")
     tasks: list[str] | None = Field(None, description="Task ids to run; null: every task of the benchmark.")
+    harbor: list[str] = Field([], description="Harbor task folders (task.toml, instruction.md, environment/, "
+                              "tests/test.sh) scored beside the benchmark's tasks (docs/interop.md): a folder's name "
+                              "is its task id, its verifier scores the runs, its task.toml's gpus are its jobs'. "
+                              "evaluate.tasks may name them too (only Harbor tasks: list only their ids).")
     runs_per_task: int = Field(4, ge=1, description="Runs per model and task (MLGym: 4, paper: 64).")
     task_gpus: int = Field(0, ge=0, description="GPUs each run of a built-in suite's task gets (its eval_runs and "
                            "check_benchmark_task jobs declare them): the post-training suite with a GPU base "
@@ -94,4 +99,6 @@ class EvaluateConfig(Strict):
             raise ValueError("evaluate.mlgym_root is required when benchmark is 'mlgym'")
         for task_id in self.tasks or []:  # ids name result files: never let an odd one reach them
             check_task_id(task_id, "evaluate.tasks: task id")
+        for folder in self.harbor:
+            check_task_id(Path(folder).expanduser().resolve().name, f"evaluate.harbor: {folder}'s name, its task id,")
         return self
