@@ -65,18 +65,14 @@ def vf_eval() -> Path:
 
 @pytest.fixture(scope="module")
 def results(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, float]]:
-    """A results directory whose one verified environment is the csvTiny fixture, with the baseline gymforge's own
-    baseline run measures."""
+    """A results directory whose one verified environment is the csvTiny fixture, written as verification writes it
+    (the verified copy with the baseline gymforge's own baseline run measures)."""
     env = TaskEnvironment(MLGYM / "configs" / "tasks" / "csvTiny.yaml", sandbox=get_sandbox("local"),
                           run_dir=tmp_path_factory.mktemp("base"), gpus=0)
     env.install()
     baseline = env.run_baseline().metrics
     results = tmp_path_factory.mktemp("vf") / "results"
-    tree = results / "environments" / "t0000" / "verified" / "mlgym"
-    shutil.copytree(MLGYM, tree)
-    for other in (tree / "configs" / "tasks").glob("*.yaml"):
-        if other.stem != "csvTiny":
-            other.unlink()
+    env.write_verified_copy(results / "environments" / "t0000" / "verified" / "mlgym", [baseline])
     (results / "environments" / "t0000" / "report.json").write_text(VerificationReport(
         item="t0000", status="ok", task_id="csvTiny", baseline_scores=[baseline], metric="rmse",
         higher_is_better=False).model_dump_json())
