@@ -4,6 +4,7 @@ offline teacher's endpoint, and every reward and score it records is gymforge's 
 
 from __future__ import annotations
 
+import ast
 import hashlib
 import json
 import os
@@ -18,10 +19,11 @@ import pytest
 from gymforge.agent.trajectory import read_trajectory
 from gymforge.core.config import GymforgeConfig
 from gymforge.core.records import VerificationReport
-from gymforge.interop.verifiers_bridge import rows
+from gymforge.interop.verifiers_bridge import KEY_ENV, episode_config, rows
 from gymforge.offline.server import MODEL_ID, ensure_server
 from gymforge.rl.rewards import Episode, TaskMetric, episode_reward
 from gymforge.sandbox import get_sandbox
+from gymforge.tasks.datacache import cache_root
 from gymforge.tasks.environment import TaskEnvironment
 from gymforge.tools.run_task import replay_replies
 
@@ -85,6 +87,26 @@ def test_the_taskset_rows_are_the_results_directorys_verified_tasks(results: tup
     assert row["task"].endswith("t0000/verified/mlgym/configs/tasks/csvTiny.yaml") and row["slot"] == "t0000"
     assert (row["metric"], row["higher_is_better"], json.loads(row["baseline"])) == ("rmse", False, baseline)
     assert "prompt" not in row and rows(root, micro=True) == []
+
+
+def test_a_rollouts_config_sends_every_model_call_to_the_endpoint_and_keeps_the_datasets(tmp_path: Path) -> None:
+    settings = GymforgeConfig.model_validate({"llm": {"teacher": {"temperature": 0.3}}})
+    cfg = episode_config(settings, base_url="http://127.0.0.1:9/v1", model="policy", cache=tmp_path / "c")
+    teacher = cfg.llm.teacher
+    assert (teacher.provider, teacher.base_url, teacher.model, teacher.api_key_env) == (
+        "openai", "http://127.0.0.1:9/v1", "policy", KEY_ENV)
+    assert teacher.temperature == 0.3  # the user's request settings stay
+    assert cfg.cache == (tmp_path / "c").resolve()  # a response cache of the rollout's own: no call is answered old
+    assert cache_root(cfg) == cache_root(settings).resolve()  # the fetched datasets stay where they are
+    assert GymforgeConfig.model_validate_json(cfg.model_dump_json()) == cfg  # what run-task reads back
+
+
+def test_the_plugin_imports_nothing_of_gymforge() -> None:
+    """It runs in verifiers' venv (openai<3), where gymforge's dependencies are not installed."""
+    tree = ast.parse((PLUGIN / "gymforge_tasks.py").read_text())
+    names = [a.name for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names]
+    names += [n.module or "" for n in ast.walk(tree) if isinstance(n, ast.ImportFrom)]
+    assert names and not [n for n in names if n.split(".")[0] == "gymforge"]
 
 
 @pytest.mark.slow
