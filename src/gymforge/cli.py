@@ -251,8 +251,8 @@ def build_parser() -> argparse.ArgumentParser:
                    "(default: the pilot's, else MLGym's o-series runs for a reasoning teacher, else 0)")
     p.add_argument("--json", action="store_true")
 
-    p = command("run-task", _run_tool, "run one agent episode on any MLGym-format task")
-    p.add_argument("task_yaml")
+    p = command("run-task", _run_tool, "run one agent episode on any MLGym-format task or Harbor task folder")
+    p.add_argument("task_yaml", help="an MLGym task YAML, or a Harbor task folder (task.toml, tests/test.sh, ...)")
     p.add_argument("--root", default=None, help="MLGym-layout root (default: two levels above configs/tasks/)")
     p.add_argument("--policy", choices=["submit-baseline", "teacher"], default="submit-baseline")
     p.add_argument("--replay", metavar="FILE", default=None,
@@ -271,8 +271,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = command("check-task", _run_tool, "check a task's text against what it does (coherence) and probe its "
                 "evaluator with knowledge-free degenerate submissions; exits 0 only when no probe scores better than "
-                "the baseline")
-    p.add_argument("task_yaml")
+                "the baseline (a Harbor task folder: its checks, docs/interop.md)")
+    p.add_argument("task_yaml", help="an MLGym task YAML, or a Harbor task folder (task.toml, tests/test.sh, ...)")
     p.add_argument("--root", default=None, help="MLGym-layout root (default: two levels above configs/tasks/)")
     p.add_argument("--json", default=None, metavar="OUT", help="write the report (every probe, its submission, "
                    "its score) as JSON")
