@@ -24,7 +24,8 @@ pytest_plugins = ["loopback", "workflow_runs", "stage_fixtures", "finished_run",
 SHARED_FIXTURES = ("finished_run", "clean_tasks", "docker_backend", "proposals", "smollm2_cache")
 # Modules that start and stop the one SLURM test cluster (scripts/slurm_cluster.sh): one worker runs them in turn, or
 # the first to finish would stop the cluster under the other's jobs.
-SLURM_CLUSTER_MODULES = ("tests/workflow/test_slurm.py", "tests/workflow/test_rehearsal.py")
+SLURM_CLUSTER_MODULES = ("tests/workflow/test_slurm.py", "tests/workflow/test_slurm_arrays.py",
+                         "tests/workflow/test_rehearsal.py")
 
 
 # Tests on the docker backend start a private daemon and a container per sandbox: they are `slow`, so `make test`

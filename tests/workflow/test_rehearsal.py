@@ -145,7 +145,7 @@ def test_the_rehearsal_reaches_scores_through_slurm_docker_and_the_strict_teache
     assert proc.returncode == 0 and summary.get("ok"), f"{summary.get('problems')}\n{proc.stderr[-6000:]}"
     # Every job went through SLURM: only the shell-less aggregation targets ran in the Snakemake process.
     slurm = summary["slurm"]
-    assert slurm["states"] == ["COMPLETED"] and slurm["sbatch_jobs"] >= 20 and slurm["array_tasks"] >= 4
+    assert slurm["states"] == ["COMPLETED"] and slurm["sbatch_jobs"] >= 24 and slurm["array_tasks"] == 0
     assert {"topic_batch", "verify_environment", "rollout_shard", "train_student", "train_rl", "eval_runs",
             "score_table"} <= set(slurm["remote_rules"])
     # The sandbox was docker: containers of the image started, and every recorded episode says docker.
