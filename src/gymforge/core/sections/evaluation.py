@@ -55,8 +55,8 @@ class ServingConfig(Strict):
     gpus: int = Field(0, ge=0, description="GPUs each evaluation job of a served model declares.")
     max_new_tokens: int = Field(1024, ge=1, description="Tokens per reply of a served model.")
     temperature: float = Field(0.7, ge=0, le=2, description="Sampling temperature of a served model.")
-    startup_timeout_s: float = Field(900.0, gt=0, description="Longest wait for a served model to answer its "
-                                     "first request (loading the weights included).")
+    startup_timeout_s: float = Field(900.0, gt=0, description="Longest wait for a served model's server to "
+                                     "come up and list the model (loading the weights included).")
     vllm_args: list[str] = Field([], description="Extra arguments for `vllm serve` (e.g. --max-model-len 32768).")
 
 

@@ -50,8 +50,9 @@ class SandboxConfig(Strict):
     backend: Literal["local", "docker"] = Field("local", description="Where task code and agent actions run.")
     image: str = Field("gymforge-sandbox:latest", description="Docker image (docker backend).")
     memory_mb: int = Field(2048, ge=1024, description="Address-space cap per process; below 1 GiB numeric code hangs.")
-    cpu_seconds: int = Field(3600, ge=1, description="CPU-time cap per sandboxed process.")
-    max_processes: int = Field(256, ge=8, description="Cap on the processes a sandbox may run at once.")
+    cpu_seconds: int = Field(3600, ge=1, description="CPU time per process (RLIMIT_CPU).")
+    max_processes: int = Field(256, ge=8, description="Tasks (processes and threads) the sandbox "
+                                          "may run at once.")
     tmp_mb: int = Field(512, ge=16, description="Size of each sandbox's private /tmp (counts towards its memory).")
     disk_mb: int = Field(8192, ge=64, description="Total size of a workspace; a command growing it past this is stopped.")
     allow_weak_confinement: bool = Field(False, description="Let the local backend run untrusted code without "
