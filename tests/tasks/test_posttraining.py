@@ -23,6 +23,7 @@ from gymforge.agent.errors import SubmissionNotFound
 from gymforge.benchmark.suite import builtin_root
 from gymforge.sandbox import Limits, SandboxBackend, get_sandbox
 from gymforge.stages.verification import reference_headroom
+from gymforge.tasks import descent
 from gymforge.tasks import posttraining as pt
 from gymforge.tasks.environment import InstallError, TaskEnvironment
 from gymforge.tasks.probes import probe_environment
@@ -161,12 +162,12 @@ def test_overlap_watch_flags_agent_data_once_and_never_follows_a_link(tmp_path: 
 
 @pytest.mark.slow  # the tiny models' fixture: ~30 s on the 2-core machine
 def test_a_real_fine_tune_descends_and_a_foreign_checkpoint_does_not(tiny: dict[str, Path]) -> None:
-    tuned = pt.check_descent(tiny["base"], tiny["tuned"])
-    foreign = pt.check_descent(tiny["base"], tiny["foreign"])
+    tuned = descent.check_descent(tiny["base"], tiny["tuned"])
+    foreign = descent.check_descent(tiny["base"], tiny["foreign"])
     print(f"\ndrift: SFT max {tuned.max_drift:.4f} total {tuned.total_drift:.4f} far {tuned.far}/{tuned.tensors}; "
           f"re-init max {foreign.max_drift:.3f} total {foreign.total_drift:.3f} far {foreign.far}/{foreign.tensors}")
     assert tuned.ok, tuned.reasons
-    assert 0 < tuned.total_drift < pt.MAX_TOTAL_DRIFT
+    assert 0 < tuned.total_drift < descent.MAX_TOTAL_DRIFT
     assert not foreign.ok and "not a fine-tune of the base" in foreign.reasons[-1]
 
 
@@ -183,17 +184,17 @@ def test_the_submission_must_match_the_base_config_tokenizer_and_tensors(tiny: d
     wider = _variant(tiny["tuned"], tmp_path / "config")
     config = json.loads((wider / "config.json").read_text())
     (wider / "config.json").write_text(json.dumps({**config, "num_hidden_layers": 3}))
-    assert any("num_hidden_layers" in r for r in pt.check_descent(base, wider).reasons)
+    assert any("num_hidden_layers" in r for r in descent.check_descent(base, wider).reasons)
 
     remote = _variant(tiny["tuned"], tmp_path / "remote")
     (remote / "config.json").write_text(json.dumps({**config, "auto_map": {"AutoModelForCausalLM": "m.Evil"}}))
-    assert any("auto_map" in r for r in pt.check_descent(base, remote).reasons)
+    assert any("auto_map" in r for r in descent.check_descent(base, remote).reasons)
 
     tokenizer = _variant(tiny["tuned"], tmp_path / "tokenizer")
     data = json.loads((tokenizer / "tokenizer.json").read_text())
     data["model"]["vocab"]["Adelie"] = 7
     (tokenizer / "tokenizer.json").write_text(json.dumps(data))
-    assert any("tokenizer.json" in r for r in pt.check_descent(base, tokenizer).reasons)
+    assert any("tokenizer.json" in r for r in descent.check_descent(base, tokenizer).reasons)
 
     tensors = _variant(tiny["tuned"], tmp_path / "tensors")
     weights = load_file(str(tensors / "model.safetensors"))
@@ -201,18 +202,18 @@ def test_the_submission_must_match_the_base_config_tokenizer_and_tensors(tiny: d
     weights[name] = weights[name][:-1].contiguous()
     weights["extra.weight"] = weights[name][:1].clone()
     save_file(weights, str(tensors / "model.safetensors"))
-    reasons = " ".join(pt.check_descent(base, tensors).reasons)
+    reasons = " ".join(descent.check_descent(base, tensors).reasons)
     assert "extra.weight" in reasons and "shapes differ" in reasons
 
     index = _variant(tiny["tuned"], tmp_path / "index")
-    (index / pt.INDEX).write_text(json.dumps({"weight_map": {"model.embed_tokens.weight": "../../answers"}}))
-    assert any(pt.INDEX in r for r in pt.check_descent(base, index).reasons)
+    (index / descent.INDEX).write_text(json.dumps({"weight_map": {"model.embed_tokens.weight": "../../answers"}}))
+    assert any(descent.INDEX in r for r in descent.check_descent(base, index).reasons)
 
     pickled = _variant(tiny["tuned"], tmp_path / "pickled")
     (pickled / "model.safetensors").rename(pickled / "pytorch_model.bin")
-    assert any("no *.safetensors" in r for r in pt.check_descent(base, pickled).reasons)
+    assert any("no *.safetensors" in r for r in descent.check_descent(base, pickled).reasons)
     (pickled / "model.safetensors").write_bytes(b"\x80\x04not a safetensors file")
-    assert any("not a readable safetensors" in r for r in pt.check_descent(base, pickled).reasons)
+    assert any("not a readable safetensors" in r for r in descent.check_descent(base, pickled).reasons)
 
 
 # -- the task in its environment ------------------------------------------------------------------------------
@@ -258,7 +259,7 @@ def test_a_model_scored_before_is_not_generated_for_again_and_a_changed_one_is(b
 def test_a_foreign_checkpoint_and_a_missing_or_linked_model_are_refused(baseline, tiny, tmp_path: Path) -> None:
     env, _ = baseline
     put_model(env, tiny["foreign"])
-    with pytest.raises(pt.ModelRejected, match="not a fine-tune of the base"):
+    with pytest.raises(descent.ModelRejected, match="not a fine-tune of the base"):
         env.evaluate()
     shutil.rmtree(env.workspace / "final_model")
     with pytest.raises(SubmissionNotFound):
@@ -298,7 +299,7 @@ def test_tampering_with_the_generation_or_planting_code_in_the_model_changes_not
     assert again == honest
     config = json.loads((model / "config.json").read_text())
     (model / "config.json").write_text(json.dumps({**config, "auto_map": {"AutoModelForCausalLM": "modeling_evil.M"}}))
-    with pytest.raises(pt.ModelRejected, match="auto_map"):
+    with pytest.raises(descent.ModelRejected, match="auto_map"):
         env.evaluate()
     (model / "config.json").write_text(json.dumps(config))
     assert not os.path.exists(canary) and not (env.workspace / canary.lstrip("/")).exists()
@@ -324,7 +325,7 @@ def test_verification_keeps_a_task_with_headroom_and_discards_one_without(baseli
         "steps": 40, "learning_rate": 1e-3, "batch_size": 16, "threads": 1}}})
     assert reference_headroom(cfg, env, report.metrics, True, it)
     assert it.headroom["reference"] > it.headroom["base"] and not it.no_headroom
-    assert pt.check_descent(tiny["base"], env.workspace / "final_model").ok  # the reference is a fine-tune itself
+    assert descent.check_descent(tiny["base"], env.workspace / "final_model").ok  # the reference is a fine-tune itself
     # A reference SFT that cannot learn anything (one step at a vanishing rate) shows no headroom: discarded.
     stalled = VerificationIteration(iteration=2, source="debug")
     cfg = GymforgeConfig.model_validate({"post_training": {"reference_sft": {
