@@ -175,6 +175,7 @@ def _cmd_hub(args) -> None:
         print(hub.describe(args.query, n_rows=args.limit).model_dump_json(indent=2))
 
 
+# long: every tool command's arguments in one flat declaration, read top to bottom (STEPS adds the steps)
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="gymforge", description=__doc__)
     parser.add_argument("-v", "--verbose", action="store_true")

@@ -31,6 +31,7 @@ Degenerate cases, where MLGym crashes or is undefined, are decided here:
 - T is rounded up to one decimal exactly (integer arithmetic on max_tau), so log10(10) = 1 gives T = 1.0, never 1.1.
 - NaN / infinite metric values are ignored like non-numeric ones.
 """
+# long file: the AUP pipeline in the steps its docstring lists (runs, table, ratios, profile, bootstrap, CSV)
 
 from __future__ import annotations
 

@@ -17,6 +17,7 @@ goes in `max_tokens` or, for reasoning models, `max_completion_tokens`; fields t
 (`usage.completion_tokens_details.reasoning_tokens`) are billed as output tokens, as OpenAI bills them, and are
 recorded on their own as well (`reasoning_tokens` in the ledger, `Usage` and `ChatResult`).
 """
+# long file: LLMClient's retries, budget waits, cache and ledger are one state machine around one call
 
 from __future__ import annotations
 

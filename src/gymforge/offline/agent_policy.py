@@ -11,6 +11,7 @@ step limit, forgetting to submit, and submitting before any artefact exists. A p
 from base_model/) is played by `posttraining_policy`, in either agent interface; the reply's format and its
 malformed variants stay this module's.
 """
+# long file: the offline teacher's scripted agent (read the conversation, plan, decide, reply), top to bottom
 
 from __future__ import annotations
 

@@ -18,6 +18,7 @@ the guard refuses, a learning rate far too high, skipping the data check. Whethe
 action, a lost training run or nothing is up to the mechanics (the interface's checks, the evaluation's admission),
 as are the scores and the trajectory's counts.
 """
+# long file: the offline post-training agent and the training script and config texts it writes (as data)
 
 from __future__ import annotations
 

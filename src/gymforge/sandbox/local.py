@@ -24,6 +24,7 @@ uid already has plus `max_processes`. As root without bwrap the process limit is
 bwrap's --die-with-parent is tied to the thread that opened the session: keep a session in the thread
 that opened it (or in the main thread).
 """
+# long file: the bubblewrap backend whole, so every isolation flag and mount it sets is reviewed in one place
 
 from __future__ import annotations
 

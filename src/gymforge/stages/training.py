@@ -55,6 +55,7 @@ Contracts:
   deepspeed: ZeRO-3). Every rank runs `train_student`; only the main process writes files. LoRA adapters are
   gathered, then merged into the base by the main process in a clean subprocess (no distributed state).
 """
+# long file: 90 lines of it are the docstring's training contract; the rest: settings, callbacks, trainer, launch
 
 from __future__ import annotations
 
@@ -538,6 +539,29 @@ def train_student(cfg: GymforgeConfig, dataset: str | Path, base: str | Path, to
         raise
 
 
+def _save_weights(cfg: GymforgeConfig, trainer: Any, state: Any, base: str, tmp: Path, precision: str) -> None:
+    """The trained weights into `tmp`: a LoRA adapter merged into the base (in a fresh process when several ran the
+    training), else the model as trained; bf16 training over fp32 masters saves bfloat16."""
+    if cfg.train.lora.enabled:
+        adapter = tmp / ADAPTER_DIR
+        trainer.save_model(str(adapter))  # gathers the adapter weights on every strategy
+        state.wait_for_everyone()
+        if state.is_main_process:
+            dtype = weights_dtype(cfg, precision)
+            if state.num_processes > 1:
+                code = "import sys; from gymforge.stages.training import merge_lora; merge_lora(*sys.argv[1:])"
+                subprocess.run([sys.executable, "-c", code, base, str(adapter), str(tmp), dtype], check=True,
+                               env=_clean_env())
+            else:
+                merge_lora(base, adapter, tmp, dtype)
+            shutil.rmtree(adapter)
+    else:
+        trainer.save_model(str(tmp))
+    state.wait_for_everyone()
+    if state.is_main_process and precision == "bf16" and weights_dtype(cfg, precision) != "bfloat16":
+        save_in_dtype(tmp, "bfloat16")  # trained over fp32 masters, saved as computed (what vLLM's `auto` serves)
+
+
 def _train_into(cfg: GymforgeConfig, dataset_dir: str | Path, base: str, tokenizer_dir: str | Path, tmp: Path,
                 args: Any, t0: float, extra_callbacks: Iterable[Any], key: str,
                 checkpoint: Path | None) -> TrainReport:
@@ -579,24 +603,7 @@ def _train_into(cfg: GymforgeConfig, dataset_dir: str | Path, base: str, tokeniz
     peak, peak_kind = _peak_memory()
 
     lora = cfg.train.lora.enabled
-    if lora:
-        adapter = tmp / ADAPTER_DIR
-        trainer.save_model(str(adapter))  # gathers the adapter weights on every strategy
-        state.wait_for_everyone()
-        if state.is_main_process:
-            dtype = weights_dtype(cfg, precision)
-            if state.num_processes > 1:
-                code = "import sys; from gymforge.stages.training import merge_lora; merge_lora(*sys.argv[1:])"
-                subprocess.run([sys.executable, "-c", code, base, str(adapter), str(tmp), dtype], check=True,
-                               env=_clean_env())
-            else:
-                merge_lora(base, adapter, tmp, dtype)
-            shutil.rmtree(adapter)
-    else:
-        trainer.save_model(str(tmp))
-    state.wait_for_everyone()
-    if state.is_main_process and precision == "bf16" and weights_dtype(cfg, precision) != "bfloat16":
-        save_in_dtype(tmp, "bfloat16")  # trained over fp32 masters, saved as computed (what vLLM's `auto` serves)
+    _save_weights(cfg, trainer, state, base, tmp, precision)
 
     rows = metrics.rows
     tokens = int(getattr(trainer, "_total_train_tokens", 0) or (rows[-1]["tokens"] if rows else 0) or 0)

@@ -123,6 +123,7 @@ def _number_text(value: float) -> str:
     return repr(int(value)) if float(value).is_integer() and abs(value) < 1e15 else repr(float(value))
 
 
+# long: the CSV battery, one probe family after another over one frame, rng and `add`
 def csv_probes(template: bytes, seed: int, artefact: str = "submission.csv", *, sample: bool = False) -> list[Probe]:
     """The CSV battery, built from `template`: the baseline's submission, or with `sample` the task's sample
     submission, whose predictions are replaced by a constant first (a sample may hold the answers)."""

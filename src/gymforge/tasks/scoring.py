@@ -284,24 +284,7 @@ class Scoring:
         remove_path(ev)
         ev.mkdir(mode=0o755)
         try:
-            scorer_ws = ev / "scorer"
-            self._snapshot(scorer_ws, [], None)
-            self._place_pristine(scorer_ws, everything=True)
-            if artefact and not (scorer_ws / artefact).is_file():
-                (scorer_ws / artefact).parent.mkdir(parents=True, exist_ok=True)
-                (scorer_ws / artefact).write_bytes(b"")  # where the slot is bound
-            base = None
-            if serve:  # the submission's side: the workspace as it is, each probe's files written over a copy
-                base = ev / "base"
-                self._snapshot(base, None, artefact)
-            (ev / "each").mkdir()
-            for i, files in enumerate(probes):
-                slot = files.get(artefact) if artefact else b""
-                if slot is None:  # the probe leaves the artefact as the workspace has it
-                    slot = beneath.read_bytes(base if base is not None else it.workspace, artefact, it.limits.disk_mb << 20)
-                (ev / "each" / str(i)).write_bytes(slot)
-            (ev / "slot").write_bytes(b"")
-            make_readable(ev)
+            scorer_ws, base = self._stage_each(ev, probes, artefact, serve)
             mounts, flags, hub_env, at = self._scorer_view(ev, scorer_ws)
             mounts += [Mount(host=ev / "each", target=at["each"])]
             if artefact:
@@ -335,6 +318,32 @@ class Scoring:
                     for i in range(len(probes))]
         finally:
             remove_path(ev)
+
+    def _stage_each(self, ev: Path, probes: Sequence[dict[str, bytes]], artefact: str | None, serve: bool
+                    ) -> tuple[Path, Path | None]:
+        """`evaluate_each`'s folder `ev`: the scorer's workspace (pristine, with the artefact's path to bind the slot
+        on), the submission's base copy when it serves (`base`, else None), each probe's artefact bytes under
+        each/<i> and the slot file; readable to the sandboxes."""
+        it = self.installed
+        scorer_ws = ev / "scorer"
+        self._snapshot(scorer_ws, [], None)
+        self._place_pristine(scorer_ws, everything=True)
+        if artefact and not (scorer_ws / artefact).is_file():
+            (scorer_ws / artefact).parent.mkdir(parents=True, exist_ok=True)
+            (scorer_ws / artefact).write_bytes(b"")  # where the slot is bound
+        base = None
+        if serve:  # the submission's side: the workspace as it is, each probe's files written over a copy
+            base = ev / "base"
+            self._snapshot(base, None, artefact)
+        (ev / "each").mkdir()
+        for i, files in enumerate(probes):
+            slot = files.get(artefact) if artefact else b""
+            if slot is None:  # the probe leaves the artefact as the workspace has it
+                slot = beneath.read_bytes(base if base is not None else it.workspace, artefact, it.limits.disk_mb << 20)
+            (ev / "each" / str(i)).write_bytes(slot)
+        (ev / "slot").write_bytes(b"")
+        make_readable(ev)
+        return scorer_ws, base
 
     def batches(self) -> bool:
         """Whether `evaluate_each` can score several probes in one scorer sandbox, on a backend with one-file binds:
