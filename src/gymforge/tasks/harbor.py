@@ -212,7 +212,6 @@ def agent_image_tag(folder: Path) -> str:
 
 
 # long: one docker trial as Harbor runs it, in its order: build, agent step, carry artifacts, verify, read reward
-# long: one docker trial as Harbor runs it, in its order: build, agent step, carry artifacts, verify, read reward
 def docker_trial(folder: Path, *, base_url: str | None = None, solution: bool = True, gpus: int | None = None,
                  memory_mb: int | None = None, timeout_s: float | None = None) -> HarborRun:
     """Harbor's trial of one task folder with a docker daemon, as Harbor runs it: `environment/` built into the
