@@ -120,13 +120,16 @@ def _pass_rate_table(rows: list[dict]) -> str:
                      body))
 
 
+def _scores(results: Path) -> dict:
+    """`scores/scores.json` (rule score_table), or {} before scoring."""
+    path = Path(results) / "scores" / "scores.json"
+    return json.loads(path.read_text()) if path.is_file() else {}
+
+
 def aup_html(results: Path) -> str:
     """AUP per model with its bootstrap interval, and each student's difference from the model it started from
     (`scores/scores.json`, rule score_table: `gymforge.benchmark.aup.bootstrap_aup`), or nothing before scoring."""
-    scores_file = Path(results) / "scores" / "scores.json"
-    if not scores_file.is_file():
-        return ""
-    scores = json.loads(scores_file.read_text())
+    scores = _scores(results)
     boot = scores.get("bootstrap")
     if not boot or not boot.get("aup"):
         return ""
@@ -151,10 +154,7 @@ def aup_html(results: Path) -> str:
 def evaluators_html(results: Path) -> str:
     """The benchmark's evaluator probes (`scores/scores.json`, rule check_benchmark_task): each gameable task
     with the probe that gamed it, beside its AUP contribution (each model's performance ratio)."""
-    scores_file = Path(results) / "scores" / "scores.json"
-    if not scores_file.is_file():
-        return ""
-    scores = json.loads(scores_file.read_text())
+    scores = _scores(results)
     evaluators = scores.get("evaluators")
     if not evaluators or not evaluators.get("checked"):
         return ""
