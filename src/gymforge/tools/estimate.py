@@ -7,16 +7,16 @@ formulas the Snakefile uses: ceil(n / batch_size) topic batches, ceil(per_task /
 models x tasks x runs_per_task evaluation runs), never from a Snakemake DAG, so a paper-scale plan (hundreds of
 thousands of jobs) is priced in well under a second.
 
-Per-item averages (calls per item, tokens per call, steps per rollout, seconds per step, CPU seconds per item)
-and funnel yields (kept topics per slot, verified tasks per slot, kept trajectories per rollout) are measured
-from a pilot run when one is given (`gymforge.tools.pilot`; `--results`, default the config's `results_dir` when it has data): tokens per
-call from the LLM ledger (`llm/calls.jsonl`) and the item records, calls per item from the records,
-steps/timings/tokens per rollout from (a sample of) the rollout shards, yields from the stage records and
+Per-item averages (calls per item, tokens per call, steps per rollout, seconds per step, CPU seconds per item) and
+funnel yields (kept topics per slot, verified tasks per slot, kept trajectories per rollout) are measured from a
+pilot run when one is given (`gymforge.tools.pilot`; `--results`, default the config's `results_dir` when it has
+data): tokens per call from the LLM ledger (`llm/calls.jsonl`) and the item records, calls per item from the
+records, steps/timings/tokens per rollout from (a sample of) the rollout shards, yields from the stage records and
 `sft/stats.json`, CPU seconds from the Snakemake benchmark files. Whatever the pilot does not cover falls back to
 the table in `estimate_constants.yaml` (`DEFAULTS`), each entry with its source: MLGym's released frontier-model
 runs for the agent loop (steps, tokens per call, reasoning tokens, trajectory lengths), the offline run for the
-generation stages, the paper for yields, stated assumptions otherwise. The report names the source of every
-constant it used, and of the whole (`constants_source`: "pilot run at <path>" or "MLGym released runs").
+generation stages, the paper for yields, stated assumptions otherwise. The report names the source of every constant
+it used, and of the whole (`constants_source`: "pilot run at <path>" or "MLGym released runs").
 
 Reasoning tokens: a reasoning teacher (OpenAI's o-series and GPT-5 class, by the endpoint's `token_param`,
 `reasoning_effort` or its model's name) writes hidden tokens that are billed as output tokens. Every teacher call's
