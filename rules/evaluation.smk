@@ -59,7 +59,8 @@ rule eval_runs:
         checkpoint=lambda w: f"--checkpoint {shlex.quote(model_checkpoint(w))}" if model_checkpoint(w) else "",
     resources:
         gpu=lambda w: (CFG.evaluate.serving.gpus if served_model(w.model) else 0) + TASK_GPUS[w.task],
-        mem_mb=CFG.evaluate.mem_mb,
+        # evaluate.mem_mb, raised to hold evaluate.concurrency sandboxes plus the job (gymforge.runtime.resources)
+        mem_mb=resources.evaluation(CFG).mem_mb,
         runtime=CFG.evaluate.runtime_min,
     threads: CFG.evaluate.threads
     shell:
@@ -86,7 +87,7 @@ rule check_benchmark_task:
         digest=CFG.digest("seed", "sandbox", "evaluate", "post_training"),
     resources:
         gpu=lambda w: TASK_GPUS[w.task],
-        mem_mb=CFG.evaluate.mem_mb,
+        mem_mb=resources.benchmark_check(CFG).mem_mb,  # evaluate.mem_mb, raised to hold its sandbox and the job
         runtime=CFG.evaluate.runtime_min,
     shell:
         gymforge("check-benchmark-task", "--task {wildcards.task} --out {output}", gpus=True)

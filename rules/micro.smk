@@ -16,8 +16,9 @@ rule micro_task:
         # verification.probes: the micro variant's evaluator is probed again
         digest=CFG.digest("seed", "sandbox", "micro", "verification.probes", "post_training"),
     resources:
-        # verification's check, with the GPUs the task's rollouts get; a slot verification did not keep only
-        # writes a "skipped" record, and asks for no GPU and minutes (gymforge.runtime.resources)
+        # verification's check, with the GPUs the task's rollouts get (none for a task whose code needs none); a slot
+        # verification did not keep only writes a "skipped" record, and asks for no GPU and minutes
+        # (gymforge.runtime.resources)
         gpu=lambda w, input: resources.micro(CFG, input.report).gpu,
         mem_mb=lambda w, input: resources.micro(CFG, input.report).mem_mb,
         runtime=lambda w, input: resources.micro(CFG, input.report).runtime,

@@ -24,8 +24,9 @@ rule rollout_shard:
         # The rollout indices this shard holds: changing per_task or shard_size reruns only the shards it changes.
         rollouts=lambda w: ",".join(map(str, shard_rollouts(CFG, int(w.shard)))),
     resources:
-        # concurrency x sandbox memory + the job (a smaller mem_mb fails the plan); a slot verification did not
-        # keep only writes a "skipped" record, and asks for no GPU and minutes (gymforge.runtime.resources)
+        # concurrency x sandbox memory + the job (a smaller mem_mb fails the plan); trajectories.gpus only for a task
+        # whose code needs a GPU (its verification report says); a slot verification did not keep only writes a
+        # "skipped" record, and asks for no GPU and minutes (gymforge.runtime.resources)
         gpu=lambda w, input: resources.shard(CFG, input.report).gpu,
         mem_mb=lambda w, input: resources.shard(CFG, input.report).mem_mb,
         runtime=lambda w, input: resources.shard(CFG, input.report).runtime,

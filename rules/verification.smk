@@ -18,7 +18,9 @@ rule verify_environment:
     params:
         digest=CFG.digest("seed", "teacher", "datasets", "generation", "sandbox", "agent", "verification", "post_training"),
     resources:
-        gpu=CFG.trajectories.gpus,  # the task's GPUs as its rollouts get them
+        # trajectories.gpus only for a task whose code needs a GPU, read from its starter-code record
+        # (gymforge.runtime.resources.task_gpus): a CPU task's verification asks for none
+        gpu=lambda w, input: resources.verification(CFG, input.code).gpu,
         mem_mb=resources.verification(CFG).mem_mb,
         runtime=CFG.verification.runtime_min,
     shell:

@@ -205,7 +205,8 @@ def test_unverified_task_yields_a_skipped_micro_report(tmp_path):
 
 
 @pytest.mark.slow
-def test_micro_task_is_verified_with_its_own_baseline(tmp_path, rule_reads):
+def test_micro_task_is_verified_with_its_own_baseline(tmp_path, rule_reads, monkeypatch):
+    import gymforge.stages.micro as micro
     from gymforge.offline.families.data_heavy import build_task
     from gymforge.stages.verification import check_baseline
 
@@ -220,11 +221,26 @@ def test_micro_task_is_verified_with_its_own_baseline(tmp_path, rule_reads):
         item="t0004", status="ok", task_id=built.task_id, entrypoint=built.entrypoint, iterations=[it],
         baseline_scores=[it.baseline_scores], hidden_columns=built.hidden_columns,
         metric=next(iter(it.baseline_scores)), higher_is_better=True).model_dump_json())
+    # on a cluster $TMPDIR is the node's own disk: the shrunk task and its check run there, not in results/
+    node = tmp_path / "node-tmp"
+    node.mkdir()
+    monkeypatch.setenv("TMPDIR", str(node))
+    runs = []
+
+    def spy(cfg, tree, run_dir, *args):
+        runs.append((tree, run_dir))
+        return check_baseline(cfg, tree, run_dir, *args)
+
+    monkeypatch.setattr(micro, "check_baseline", spy)
     # under micro_task's config view, as its Snakemake job runs it: a read its rule does not declare fails
     view = restrict(cfg, rule_reads["micro_task"]["reads"], step="micro_task")
     report = micro_task(view, "t0004", tmp_path / "env" / "report.json", tmp_path / "env" / "verified",
                         tmp_path / "micro" / "report.json", tmp_path / "micro" / "verified")
     assert report.status == "ok", report.reason
+    [(tree, run_dir)] = runs
+    assert tree.is_relative_to(node) and run_dir.is_relative_to(node)
+    assert not list(node.iterdir())  # removed when the job is done; the results are in results/ (below)
+    assert sorted(p.name for p in (tmp_path / "micro").iterdir()) == ["report.json", "verified"]
     assert report.hidden_columns == built.hidden_columns == {"test": ["digit"]}
     # what ranks its scores is the verified task's (the RL stage reads it, never the proposal's words)
     assert (report.metric, report.higher_is_better) == (next(iter(it.baseline_scores)), True)

@@ -105,6 +105,32 @@ def test_hopeless_task_is_discarded_with_its_errors(broken_task):
     assert not any((root / "hopeless" / "environments" / "t0000" / "verified").iterdir())
 
 
+def test_its_work_runs_in_tmpdir_and_only_the_results_land_in_results(broken_task, tmp_path, monkeypatch):
+    """On a cluster $TMPDIR is the node's own disk: the baseline's run folder lives there while it runs, the report
+    and the verified folder land in results/ (atomically), and nothing is left in $TMPDIR or beside them."""
+    import gymforge.stages.verification as verification
+
+    node = tmp_path / "node-tmp"
+    node.mkdir()
+    monkeypatch.setenv("TMPDIR", str(node))
+    runs = []
+
+    def spy(cfg, tree, run_dir, *args):
+        runs.append((run_dir, sorted(p.name for p in node.iterdir())))
+        return check_baseline(cfg, tree, run_dir, *args)
+
+    check_baseline = verification.check_baseline
+    monkeypatch.setattr(verification, "check_baseline", spy)
+    root, files = broken_task
+    report = run_verify(root, files, "scratch", max_iterations=1)
+    assert report.status == "discarded" and runs
+    for run_dir, in_tmp in runs:
+        assert run_dir.is_relative_to(node) and [n for n in in_tmp if n.startswith("gymforge-")], (run_dir, in_tmp)
+    assert not list(node.iterdir())
+    out = root / "scratch" / "environments" / "t0000"
+    assert sorted(p.name for p in out.iterdir()) == ["report.json", "verified"]
+
+
 class _First:
     """A draw that always takes the first branch: the inner-join scorer with a row count check."""
 

@@ -191,6 +191,9 @@ class VerificationReport(ItemRecord):
     metric: str | None = Field(None, description="The metric that ranks the task's scores, as its evaluation "
                                "names it (what the evaluator probes compared).")
     higher_is_better: bool | None = None
+    needs_gpu: bool | None = Field(None, description="Whether the task's code needs a GPU (gymforge.runtime.resources."
+                                   "needs_gpu): its micro variant and rollout shards ask for trajectories.gpus only "
+                                   "then. None: not verified, or a report written before this field.")
 
 
 class HarborAudit(BaseModel):

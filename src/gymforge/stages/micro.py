@@ -17,7 +17,6 @@ import ast
 import math
 import re
 import shutil
-import tempfile
 import time
 from pathlib import Path
 from typing import Literal
@@ -29,6 +28,7 @@ from gymforge.core import atomic
 from gymforge.core.config import GymforgeConfig
 from gymforge.core.records import VerificationIteration, VerificationReport, derive_seed
 from gymforge.hub.data import quiet_datasets
+from gymforge.runtime import nodelocal
 from gymforge.stages.verification import check_baseline, probe_evaluator
 from gymforge.tasks.mlgym import dump_yaml, load_dataset_config, load_task_config, workspace_layout
 
@@ -345,43 +345,46 @@ def micro_task(cfg: GymforgeConfig, slot: str, report: Path, env: Path, report_o
                                  reason=f"the full task was not verified ({full.status})"
                                  + (f": {full.reason}" if full.reason else ""))
         else:
-            result = _micro(cfg, slot, full, Path(env), out)
+            # the shrunk task's check runs in node-local scratch ($TMPDIR when set); only the micro tree and the report
+            # land in results/, each moved into place atomically
+            with nodelocal.scratch(Path(env_out), f".{slot}-micro") as scratch:
+                result = _micro(cfg, slot, full, Path(env), out, scratch)
     atomic.write_text(report_out, result.model_dump_json(indent=2))
     return result
 
 
-def _micro(cfg: GymforgeConfig, slot: str, full: VerificationReport, env_in: Path, out: Path) -> MicroReport:
+def _micro(cfg: GymforgeConfig, slot: str, full: VerificationReport, env_in: Path, out: Path,
+           scratch: Path) -> MicroReport:
     report = MicroReport(item=slot, status="ok", task_id=full.task_id, entrypoint=full.entrypoint,
+                         needs_gpu=full.needs_gpu,
                          hidden_columns=full.hidden_columns, metric=full.metric,
                          higher_is_better=full.higher_is_better)  # what ranks its scores (the RL stage reads it)
-    with tempfile.TemporaryDirectory(dir=out.parent, prefix=f".{slot}-micro-") as scratch:
-        scratch = Path(scratch)
-        tree = scratch / "mlgym"
-        shutil.copytree(env_in / "mlgym", tree)
-        started = time.monotonic()
-        info = shrink_task(cfg, slot, tree, full.hidden_columns)
-        info.shrink_s = round(time.monotonic() - started, 3)
-        it = VerificationIteration(iteration=1, source="generation", task_id=full.task_id)
-        report.iterations.append(it)
-        checked = check_baseline(cfg, tree, scratch / "run", full.hidden_columns, it)
-        info.micro_check_s = it.timings_s.get("baseline")
-        full_timings = full.iterations[-1].timings_s if full.iterations else {}
-        info.full_check_s = full_timings.get("baseline")
-        if info.full_check_s and info.micro_check_s:
-            info.speedup = round(info.full_check_s / info.micro_check_s, 2)
-        report.micro = info
-        if checked is None:
-            report.status, report.reason_code = "discarded", "micro_verification_failed"
-            report.reason = "the micro variant fails its check: " + "; ".join(it.errors)[:2000]
-            return report
-        env, baseline = checked
-        # Cutting the data can break an evaluator (a class absent, a degenerate split): probe it again.
-        if cfg.verification.probes and full.metric is not None and not probe_evaluator(
-                env, baseline.metrics, full.metric, bool(full.higher_is_better), derive_seed(cfg.seed, "micro", slot), it):
-            report.status = "discarded"
-            report.reason_code = "gameable_evaluator" if it.gameable else "micro_verification_failed"
-            report.reason = "the micro variant fails its evaluator probes: " + "; ".join(it.errors)[:2000]
-            return report
-        env.write_verified_copy(out / "mlgym", [it.baseline_scores])
-        report.baseline_scores = [it.baseline_scores]
+    tree = scratch / "mlgym"
+    shutil.copytree(env_in / "mlgym", tree)
+    started = time.monotonic()
+    info = shrink_task(cfg, slot, tree, full.hidden_columns)
+    info.shrink_s = round(time.monotonic() - started, 3)
+    it = VerificationIteration(iteration=1, source="generation", task_id=full.task_id)
+    report.iterations.append(it)
+    checked = check_baseline(cfg, tree, scratch / "run", full.hidden_columns, it)
+    info.micro_check_s = it.timings_s.get("baseline")
+    full_timings = full.iterations[-1].timings_s if full.iterations else {}
+    info.full_check_s = full_timings.get("baseline")
+    if info.full_check_s and info.micro_check_s:
+        info.speedup = round(info.full_check_s / info.micro_check_s, 2)
+    report.micro = info
+    if checked is None:
+        report.status, report.reason_code = "discarded", "micro_verification_failed"
+        report.reason = "the micro variant fails its check: " + "; ".join(it.errors)[:2000]
+        return report
+    env, baseline = checked
+    # Cutting the data can break an evaluator (a class absent, a degenerate split): probe it again.
+    if cfg.verification.probes and full.metric is not None and not probe_evaluator(
+            env, baseline.metrics, full.metric, bool(full.higher_is_better), derive_seed(cfg.seed, "micro", slot), it):
+        report.status = "discarded"
+        report.reason_code = "gameable_evaluator" if it.gameable else "micro_verification_failed"
+        report.reason = "the micro variant fails its evaluator probes: " + "; ".join(it.errors)[:2000]
+        return report
+    env.write_verified_copy(out / "mlgym", [it.baseline_scores])
+    report.baseline_scores = [it.baseline_scores]
     return report

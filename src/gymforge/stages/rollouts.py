@@ -30,7 +30,7 @@ from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
 from gymforge.core import atomic
-from gymforge.runtime import nodelocal
+from gymforge.runtime import nodelocal, resources
 from gymforge.core.config import GymforgeConfig
 from gymforge.runtime.progress import Progress
 from gymforge.core.records import (
@@ -139,7 +139,8 @@ class _ShardRunner:
         self.cfg, self.slot, self.report, self.out, self.stamp = cfg, slot, report, out, stamp
         self.tree = env_dir / "mlgym"
         self.task_yaml = next((self.tree / "configs" / "tasks").glob("*.yaml"))
-        self.episodes = EpisodeRunner.for_config(cfg, cfg.trajectories.gpus)
+        # trajectories.gpus only for a task whose code needs a GPU: what rule rollout_shard declared
+        self.episodes = EpisodeRunner.for_config(cfg, resources.record_gpus(cfg, report.model_dump()))
         self.sandbox = self.episodes.sandbox
         self.llm = llm
         self.owns_llm = llm is None

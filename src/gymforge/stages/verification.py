@@ -5,12 +5,12 @@ from __future__ import annotations
 import asyncio
 import random
 import shutil
-import tempfile
 import time
 from pathlib import Path
 
 from gymforge.core import atomic
 from gymforge.core.config import GymforgeConfig
+from gymforge.runtime import nodelocal, resources
 from gymforge.core.records import (GenerationRecord, ProposalRecord, VerificationIteration, VerificationReport,
                             derive_seed)
 from gymforge.tasks.coherence import check_coherence, teacher_judge
@@ -18,6 +18,7 @@ from gymforge.tasks.metrics import metric_direction, natural_direction, same_met
 from gymforge.stages.generation import draft_code, draft_configs, materialize_task
 from gymforge.student.cpu_training import prepare_cpu_process
 from gymforge.tasks.files import answer_columns
+from gymforge.tasks.mlgym import load_task_config
 from gymforge.tasks.posttraining import PostTrainingError, check_headroom
 from gymforge.tasks.probes import CheckError, evidence, probe_environment
 from gymforge.agent.errors import EvaluationFormatError, SubmissionNotFound
@@ -36,13 +37,31 @@ def _task_yaml(tree: Path) -> Path:
     return next((tree / "configs" / "tasks").glob("*.yaml"))
 
 
+def tree_needs_gpu(cfg: GymforgeConfig, tree: Path) -> bool:
+    """Whether the code of the task in `tree` needs a GPU (`gymforge.runtime.resources.needs_gpu`: an LMSubmissionTasks
+    task, or a post-training task on a base other than the CPU build); True when its task config cannot be read."""
+    try:
+        entrypoint = load_task_config(_task_yaml(tree)).task_entrypoint
+    except (OSError, StopIteration, ValueError):
+        return True
+    spec = next(tree.rglob(resources.SPEC_FILE), None)
+    return resources.needs_gpu(cfg, entrypoint, resources.spec_base(spec.read_text()) if spec else None)
+
+
+def tree_gpus(cfg: GymforgeConfig, tree: Path) -> int:
+    """The GPUs the task in `tree` runs with, as its jobs declare them: `trajectories.gpus` when its code needs a GPU,
+    else none."""
+    return cfg.trajectories.gpus if tree_needs_gpu(cfg, tree) else 0
+
+
 def check_baseline(cfg: GymforgeConfig, tree: Path, run_dir: Path, hidden, it: VerificationIteration):
     """Install the task of `tree` in `run_dir`, run its baseline and evaluate the artefact: the part of a
     verification that needs no teacher (micro tasks reuse it). Errors land in `it.errors`, the time in
     `it.timings_s["baseline"]`; returns (environment, BaselineReport), or None on an error."""
     started = time.monotonic()
-    # the task's GPUs as its rollouts will have them (rule verify_environment declares trajectories.gpus)
-    runner = EpisodeRunner.for_config(cfg, cfg.trajectories.gpus)
+    # the task's GPUs as its rollouts will have them: trajectories.gpus for a task whose code needs a GPU, else none
+    # (what rule verify_environment declares, gymforge.runtime.resources.task_gpus)
+    runner = EpisodeRunner.for_config(cfg, tree_gpus(cfg, tree))
     env = runner.environment(_task_yaml(tree), root=tree, run_dir=run_dir, hidden_columns=hidden)
     try:
         env.install()
@@ -157,7 +176,7 @@ def _attempt(cfg: GymforgeConfig, tree: Path, work: Path, hidden, episode_dir: P
         return None
 
     started = time.monotonic()
-    runner = EpisodeRunner.for_config(cfg, cfg.trajectories.gpus)
+    runner = EpisodeRunner.for_config(cfg, tree_gpus(cfg, tree))
     try:
         with make_client(cfg, "verification") as llm:
             traj = asyncio.run(runner.run(llm, _task_yaml(tree), root=tree, run_dir=work / "episode",
@@ -184,68 +203,71 @@ def verify_environment(cfg: GymforgeConfig, slot: str, proposal: Path, configs: 
         if code_record.status != "ok":
             report = VerificationReport(item=slot, status="skipped", reason_code=code_record.reason_code, reason=code_record.reason)
         else:
-            report = _verify(cfg, slot, proposal_record, configs_record, code_record, Path(tree), verified)
+            # the task's baseline, probes and episode run in node-local scratch ($TMPDIR when set); only the verified
+            # copy and the report land in results/, each moved into place atomically
+            with nodelocal.scratch(Path(env_out), f".{slot}-work") as scratch:
+                report = _verify(cfg, slot, proposal_record, configs_record, code_record, Path(tree), verified,
+                                 scratch)
     atomic.write_text(report_out, report.model_dump_json(indent=2))
     return report
 
 
 def _verify(cfg: GymforgeConfig, slot: str, proposal: ProposalRecord, configs: GenerationRecord,
-            code: GenerationRecord, tree: Path, verified: Path) -> VerificationReport:
+            code: GenerationRecord, tree: Path, verified: Path, scratch: Path) -> VerificationReport:
     report = VerificationReport(item=slot, status="ok", task_id=code.task_id, entrypoint=code.entrypoint)
     source, last_good = "generation", code
     metric_text = proposal.proposal.metric if proposal.proposal else ""
-    with tempfile.TemporaryDirectory(dir=verified.parent, prefix=f".{slot}-work-") as scratch:
-        scratch = Path(scratch)
-        for iteration in range(1, cfg.verification.max_iterations + 1):
-            it = VerificationIteration(iteration=iteration, source=source, task_id=code.task_id)
-            report.iterations.append(it)
-            episode_dir = scratch / f"episode{iteration}"
-            outcome = None
-            if code.status != "ok":
-                it.errors.append(f"regenerating the task failed: {code.reason}")
-            else:
-                last_good = code
-                hidden = answer_columns(proposal, code)
-                outcome = _attempt(cfg, tree, scratch / f"run{iteration}", hidden, episode_dir,
-                                   derive_seed(cfg.seed, "verification", slot, iteration), it, metric_text,
-                                   proposal.dataset.get("id") if proposal.dataset else None)
-            if outcome is not None:
-                env, episode_usage = outcome
-                report.usage.add(episode_usage)
-                env.write_verified_copy(verified / "mlgym", [it.baseline_scores])
-                shutil.copytree(episode_dir, verified / "episode")
-                report.baseline_scores, report.hidden_columns = [it.baseline_scores], hidden
-                report.task_id, report.entrypoint = code.task_id, code.entrypoint
-                report.metric, report.higher_is_better = proposal_metric(
-                    metric_text, it.baseline_scores or {}, env.task.description or "")
-                break
-            if iteration == cfg.verification.max_iterations:
-                report.status = "discarded"
-                report.reason_code = ("incoherent_task" if it.incoherent else "gameable_evaluator" if it.gameable
-                                      else "no_headroom" if it.no_headroom else "verification_failed")
-                report.reason = f"still failing after {iteration} iterations: " + "; ".join(it.errors)[:EXCERPT]
-                break
-            # The self-debug loop: repair the code with the errors (p_debug) or regenerate from the configs.
-            rng = random.Random(derive_seed(cfg.seed, "debug-branch", slot, iteration))
-            if it.incoherent:
-                # The text is what is wrong: configs and code go back together, with the check's evidence.
-                source = "coherence"
-                configs = draft_configs(cfg, slot, proposal, variant=iteration, previous=configs.files,
-                                        errors=it.errors)
-                report.usage.add(configs.usage)
-                code = (draft_code(cfg, slot, configs, proposal, variant=iteration, previous=last_good.files,
-                                   runtime_errors=it.errors) if configs.status == "ok" else configs)
-            elif rng.random() < cfg.verification.p_debug:
-                source = "debug"
-                code = draft_code(cfg, slot, configs, proposal, variant=iteration, previous=last_good.files,
-                                  runtime_errors=it.errors)
-            else:
-                source = "restart"
-                configs = draft_configs(cfg, slot, proposal, variant=iteration)
-                report.usage.add(configs.usage)
-                code = draft_code(cfg, slot, configs, proposal, variant=iteration) if configs.status == "ok" else configs
-            report.usage.add(code.usage)
-            if code.status == "ok":
-                tree = scratch / f"tree{iteration}"
-                materialize_task(cfg, tree, configs, code, proposal)
+    for iteration in range(1, cfg.verification.max_iterations + 1):
+        it = VerificationIteration(iteration=iteration, source=source, task_id=code.task_id)
+        report.iterations.append(it)
+        episode_dir = scratch / f"episode{iteration}"
+        outcome = None
+        if code.status != "ok":
+            it.errors.append(f"regenerating the task failed: {code.reason}")
+        else:
+            last_good = code
+            hidden = answer_columns(proposal, code)
+            outcome = _attempt(cfg, tree, scratch / f"run{iteration}", hidden, episode_dir,
+                               derive_seed(cfg.seed, "verification", slot, iteration), it, metric_text,
+                               proposal.dataset.get("id") if proposal.dataset else None)
+        if outcome is not None:
+            env, episode_usage = outcome
+            report.usage.add(episode_usage)
+            env.write_verified_copy(verified / "mlgym", [it.baseline_scores])
+            shutil.copytree(episode_dir, verified / "episode")
+            report.baseline_scores, report.hidden_columns = [it.baseline_scores], hidden
+            report.task_id, report.entrypoint = code.task_id, code.entrypoint
+            report.needs_gpu = tree_needs_gpu(cfg, tree)  # what its micro variant and shards ask for
+            report.metric, report.higher_is_better = proposal_metric(
+                metric_text, it.baseline_scores or {}, env.task.description or "")
+            break
+        if iteration == cfg.verification.max_iterations:
+            report.status = "discarded"
+            report.reason_code = ("incoherent_task" if it.incoherent else "gameable_evaluator" if it.gameable
+                                  else "no_headroom" if it.no_headroom else "verification_failed")
+            report.reason = f"still failing after {iteration} iterations: " + "; ".join(it.errors)[:EXCERPT]
+            break
+        # The self-debug loop: repair the code with the errors (p_debug) or regenerate from the configs.
+        rng = random.Random(derive_seed(cfg.seed, "debug-branch", slot, iteration))
+        if it.incoherent:
+            # The text is what is wrong: configs and code go back together, with the check's evidence.
+            source = "coherence"
+            configs = draft_configs(cfg, slot, proposal, variant=iteration, previous=configs.files,
+                                    errors=it.errors)
+            report.usage.add(configs.usage)
+            code = (draft_code(cfg, slot, configs, proposal, variant=iteration, previous=last_good.files,
+                               runtime_errors=it.errors) if configs.status == "ok" else configs)
+        elif rng.random() < cfg.verification.p_debug:
+            source = "debug"
+            code = draft_code(cfg, slot, configs, proposal, variant=iteration, previous=last_good.files,
+                              runtime_errors=it.errors)
+        else:
+            source = "restart"
+            configs = draft_configs(cfg, slot, proposal, variant=iteration)
+            report.usage.add(configs.usage)
+            code = draft_code(cfg, slot, configs, proposal, variant=iteration) if configs.status == "ok" else configs
+        report.usage.add(code.usage)
+        if code.status == "ok":
+            tree = scratch / f"tree{iteration}"
+            materialize_task(cfg, tree, configs, code, proposal)
     return report
