@@ -211,3 +211,52 @@ def test_model_probes_share_a_scorer_and_each_gets_a_fresh_submission_sandbox(tm
     assert "failed" in by_name["short"]["rejected"]  # one prediction too few
     assert not any(o["gameable"] for o in batched)
     assert sum("--each" in a for a in scorers) == 1 and len(scorers) - 1 == len(singles) - len(alone)
+
+
+# ---- score.py --each without a sandbox: a child runs the script as a fresh interpreter would ---------------------
+
+# What a script can tell about how it was started; the random draws tell whether the generators were seeded afresh.
+INTROSPECT = '''
+import argparse, json, random, sys
+try:
+    import numpy
+except ImportError:
+    numpy = None
+main = sys.modules["__main__"]
+print(json.dumps({"name": __name__, "file": __file__, "package": __package__, "spec": __spec__, "loader": __loader__,
+                  "doc": __doc__, "main_is_this_module": vars(main) is globals(), "argv": sys.argv,
+                  "path_has_workspace": any(p.startswith("/workspace") or p == "" for p in sys.path),
+                  "random": random.random(), "numpy": None if numpy is None else float(numpy.random.random())}))
+'''
+
+
+def test_an_each_child_runs_the_script_as_it_runs_alone(tmp_path: Path) -> None:
+    import json
+    import subprocess
+    import sys
+
+    from gymforge.tasks.scoring import EVALKIT
+
+    script = tmp_path / "evaluate.py"
+    script.write_text(INTROSPECT)
+    probes = tmp_path / "probes"
+    probes.mkdir()
+    for i in range(3):
+        (probes / str(i)).write_bytes(b"")
+
+    def score(*flags: str) -> Path:
+        out = tmp_path / f"out{len(flags)}"
+        out.mkdir()
+        subprocess.run([sys.executable, "-I", str(EVALKIT / "score.py"), str(out), *flags, str(script), "--x", "1"],
+                       check=True, cwd=tmp_path, timeout=120)
+        return out
+
+    alone = json.loads((score() / "stdout").read_text())
+    each = score("--each", str(probes), "-", "60")
+    children = [json.loads((each / str(i) / "stdout").read_text()) for i in range(3)]
+    drawn = ("random", "numpy")
+    for child in children:
+        assert {k: v for k, v in child.items() if k not in drawn} == {k: v for k, v in alone.items() if k not in drawn}
+    assert alone["name"] == "__main__" and alone["main_is_this_module"] and alone["argv"] == [str(script), "--x", "1"]
+    for key in drawn:  # each child draws from its own freshly seeded generator, as a process of its own would
+        assert len({c[key] for c in children}) == 3
