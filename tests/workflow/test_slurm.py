@@ -85,6 +85,11 @@ def test_e2e_runs_every_job_through_slurm(e2e):
     assert not summary["array_jobs"] and not summary["array_tasks"]
     assert summary["slurm_states"] and set(summary["slurm_states"].values()) == {"COMPLETED"}
     assert len(summary["rollout_shards"]) == 4  # 2 slots x 2 rollouts in shards of 1
+    # trajectories.gpus is 1, but the offline tasks are CPU tasks: their verifications and shards asked SLURM for no
+    # GPU and ran in the CPU partition (the GPU request follows the task's code, read from its records)
+    slot_jobs = summary["slot_gpus"].values()
+    assert {job["rule"] for job in slot_jobs} >= {"verify_environment", "rollout_shard"}
+    assert all(not job["gpu"] and job["partition"] == "debug" for job in slot_jobs), slot_jobs
     assert summary["slurm_logs"] >= summary["sbatch_jobs"]
     print(f"slurm e2e: {elapsed:.0f} s (snakemake {summary['snakemake_s']} s)")
 

@@ -5,7 +5,7 @@ The rules' `resources:` call these. Snakemake evaluates a resource callable that
 before the job starts, when that input exists: a rollout shard or micro task of a slot that verification did not keep
 (it only writes a "skipped" record) then asks for no GPU and a minutes-sized allocation instead of the verified task's.
 The GPU request of a slot's jobs (verification, micro variant, rollout shards) follows the task's code: only a task
-whose code needs a GPU (`GPU_ENTRYPOINTS`) gets `trajectories.gpus`; the others ask for none, since those jobs
+whose code needs a GPU (`needs_gpu`) gets `trajectories.gpus`; the others ask for none, since those jobs
 otherwise spend their life waiting on the teacher's API. While planning (`snakemake -n` before the slot's records
 exist) a slot's jobs show what a verified GPU task would get.
 
