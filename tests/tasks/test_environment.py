@@ -239,10 +239,11 @@ def test_evaluation_script_and_data_are_read_only_for_the_agent(backend: Sandbox
     assert not (env.workspace / "data" / "extra.csv").exists()
 
 
-def test_hidden_columns_leave_the_agent_copy_and_reach_the_evaluation(backend: SandboxBackend, tmp_path: Path) -> None:
+def pets_task(root: Path) -> Path:
+    """A CSV task under `root` (MLGym's layout) whose test split's `species` is the answer: the baseline predicts
+    "cat" for every row (accuracy 1/3), the evaluation reads the answers from the secrets."""
     import datasets
 
-    root = tmp_path / "root"
     (root / "configs" / "tasks").mkdir(parents=True)
     (root / "configs" / "datasets").mkdir()
     (root / "data" / "pets").mkdir(parents=True)
@@ -280,6 +281,14 @@ def test_hidden_columns_leave_the_agent_copy_and_reach_the_evaluation(backend: S
             predictions = {r["id"]: r["species"] for r in csv.DictReader(f)}
         print(json.dumps({"accuracy": sum(predictions[i] == a for i, a in answers.items()) / len(answers)}))
         """))
+    return root / "configs" / "tasks" / "pets.yaml"
+
+
+def test_hidden_columns_leave_the_agent_copy_and_reach_the_evaluation(backend: SandboxBackend, tmp_path: Path) -> None:
+    import datasets
+
+    root = tmp_path / "root"
+    pets_task(root)
     source_before = sorted((p, p.read_bytes()) for p in (root / "data").rglob("*") if p.is_file())
 
     env = make_env(backend, tmp_path, "pets", root, hidden_columns={"test": ["species"]})

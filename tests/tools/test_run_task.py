@@ -305,51 +305,14 @@ def test_a_failing_helper_stops_the_install_with_its_output(tmp_path: Path) -> N
 def test_cli_hidden_columns_keep_the_answers_from_the_agent_and_give_them_to_the_evaluation(tmp_path: Path) -> None:
     """`--hidden-columns` (what a results directory's rows carry, e.g. for the verifiers environment): the episode's
     workspace has the test split without the hidden column, and the evaluation reads it from the secrets."""
-    import textwrap
-
     import datasets
+    from test_environment import pets_task
 
     from gymforge.cli import main
 
-    root = tmp_path / "root"
-    for d in ("configs/tasks", "configs/datasets", "data/pets"):
-        (root / d).mkdir(parents=True)
-    datasets.DatasetDict({
-        "train": datasets.Dataset.from_dict({"weight": [4.0, 30.0], "species": ["cat", "dog"]}),
-        "test": datasets.Dataset.from_dict({"weight": [3.5, 28.0, 6.0], "species": ["cat", "dog", "hidden-lynx"]}),
-    }).save_to_disk(str(root / "data" / "pets" / "data"))
-    (root / "configs" / "datasets" / "pets_data.yaml").write_text(
-        "name: pets_data\ndescription: weights and species\ndata_path: data/pets/data\nis_local: true\n")
-    (root / "configs" / "tasks" / "pets.yaml").write_text(textwrap.dedent("""\
-        id: pets
-        name: Pets
-        description: "Predict species. {dataset_docs}"
-        dataset_configs: [datasets/pets_data.yaml]
-        training_timeout: 60
-        starter_code: [data/pets/baseline.py, data/pets/evaluate.py]
-        baseline_paths: [baseline.py]
-        evaluation_paths: [evaluate.py]
-        evaluation_read_only: true
-        """))
-    (root / "data" / "pets" / "baseline.py").write_text(textwrap.dedent("""\
-        from datasets import load_from_disk
-        test = load_from_disk("data")["test"]
-        with open("submission.csv", "w") as f:
-            f.write("id,species\\n" + "".join(f"{i},cat\\n" for i in range(len(test))))
-        """))
-    (root / "data" / "pets" / "evaluate.py").write_text(textwrap.dedent("""\
-        import argparse, csv, json, os
-        parser = argparse.ArgumentParser()
-        parser.add_argument("--submission_file")
-        args = parser.parse_args()
-        with open(os.path.join(os.environ["GYMFORGE_SECRETS"], "answers.csv")) as f:
-            answers = {r["id"]: r["species"] for r in csv.DictReader(f)}
-        with open(args.submission_file) as f:
-            predictions = {r["id"]: r["species"] for r in csv.DictReader(f)}
-        print(json.dumps({"accuracy": sum(predictions[i] == a for i, a in answers.items()) / len(answers)}))
-        """))
+    task = pets_task(tmp_path / "root")
     out = tmp_path / "out"
-    main(["run-task", str(root / "configs" / "tasks" / "pets.yaml"), "--out", str(out), "--gpus", "0",
+    main(["run-task", str(task), "--out", str(out), "--gpus", "0",
           "--hidden-columns", json.dumps({"test": ["species"]})])
     agent_data = datasets.load_from_disk(str(out / "episode" / "workspace" / "data"))
     assert agent_data["test"].column_names == ["weight"] and agent_data["train"].column_names == ["weight", "species"]
