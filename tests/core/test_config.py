@@ -13,7 +13,7 @@ def test_default_config_file_is_valid_and_offline():
     cfg = load_config("config.yaml")
     assert cfg.llm.teacher.provider == "offline"
     assert cfg.datasets.hub == "offline"
-    assert cfg.topics.n == 12
+    assert cfg.topics.n == 6
 
 
 @pytest.mark.parametrize(

@@ -33,7 +33,7 @@ def test_every_key_is_a_row_with_its_default_and_the_quick_starts_value():
     defaults = GymforgeConfig().model_dump()
     assert set(_leaves(defaults)) | {"base"} <= rows.keys()  # `base` is left out of dumps
     assert {"evaluate.models[].name", "evaluate.models[].source", "evaluate.models[].price.input_per_mtok"} <= rows.keys()
-    assert rows["topics.n"].startswith("| `topics.n` | int ≥ 1 | `12` |  | Topic slots")
+    assert rows["topics.n"].startswith("| `topics.n` | int ≥ 1 | `12` | `6` | Topic slots")  # the model's 12, config.yaml's 6
     assert " | `50` | `30` | " in rows["trajectories.max_steps"]  # the model's 50, config.yaml's 30
     assert " | `1` | `1` | " in rows["train.batch_size"]  # config.yaml repeats the default on purpose
     assert rows["llm.teacher.price.output_per_mtok"].split(" | ")[2:4] == ["`0`", "`10`"]

@@ -42,11 +42,11 @@ def run(tmp_path_factory):
 def test_offline_default_yields_tasks_and_a_reason_for_every_other_topic(run):
     report = status(run)
     stages = report["stages"]
-    assert report["topics_planned"] == 12
-    assert stages["tasks"]["ok"] >= 6
-    assert stages["tasks"]["done"] == 12
+    assert report["topics_planned"] == 6
+    assert stages["tasks"]["ok"] >= 4  # seed 0: 5 of the 6
+    assert stages["tasks"]["done"] == 6
     discarded = sum(sum(s["discarded"].values()) for s in stages.values())
-    assert stages["tasks"]["ok"] + discarded == 12
+    assert stages["tasks"]["ok"] + discarded == 6
     # Every slot file agrees: either an MLGym tree exists or a reason is recorded.
     for status_file in sorted((run / "results" / "tasks").glob("t*/status.json")):
         record = json.loads(status_file.read_text())
@@ -83,7 +83,7 @@ def test_rerun_does_nothing_and_sends_no_request(run):
 
 
 def test_raising_topic_count_runs_only_new_slots(run):
-    proc = snakemake(run, "tasks", "-n", "--quiet", "rules", "--config", "topics={n: 16}")
+    proc = snakemake(run, "tasks", "-n", "--quiet", "rules", "--config", "topics={n: 10}")
     assert proc.returncode == 0, proc.stderr
     counts = {}
     for line in proc.stdout.splitlines():
