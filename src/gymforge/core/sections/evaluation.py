@@ -85,7 +85,7 @@ class EvaluateConfig(Strict):
          ModelSpec(name="student-sft", source="student-sft")],
         description="Models to score; the baseline pseudo-model is always added.")
     serving: ServingConfig = ServingConfig()
-    mem_mb: int = Field(4096, ge=256, description="Memory each eval_runs / check_benchmark_task job declares.")
+    mem_mb: int = Field(4096, ge=256, description="Memory an eval_runs / check_benchmark_task job declares at least; raised to concurrency x sandbox.memory_mb + 1 GiB (one sandbox for check_benchmark_task) when that is more.")
     runtime_min: int = Field(240, ge=1, description="Wall-clock minutes each eval_runs / check_benchmark_task job "
                              "declares.")
     threads: int = Field(1, ge=1, description="CPU cores each eval_runs / check_benchmark_task job declares.")

@@ -49,7 +49,7 @@ class GenerationConfig(Strict):
 class SandboxConfig(Strict):
     backend: Literal["local", "docker"] = Field("local", description="Where task code and agent actions run.")
     image: str = Field("gymforge-sandbox:latest", description="Docker image (docker backend).")
-    memory_mb: int = Field(2048, ge=1024, description="Address-space cap per process; below 1 GiB numeric code hangs.")
+    memory_mb: int = Field(2048, ge=1024, description="Memory of the whole sandbox (its cgroup, or the container in docker) and, locally, each process's address space too (not in GPU sandboxes, where CUDA reserves far more); below 1 GiB numeric code hangs.")
     cpu_seconds: int = Field(3600, ge=1, description="CPU time per process (RLIMIT_CPU).")
     max_processes: int = Field(256, ge=8, description="Tasks (processes and threads) the sandbox "
                                           "may run at once.")
