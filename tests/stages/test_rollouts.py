@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 
-from gymforge.core.config import GymforgeConfig
+from gymforge.core.config import GymforgeConfig, load_config
 from gymforge.agent.trajectory import reply_chats, requests_of, sft_messages
 from gymforge.stages.sft import build_sft
 from gymforge.core.records import VerificationReport, derive_seed
@@ -319,7 +319,7 @@ def test_dry_run_plans_a_static_shard_dag(tmp_path):
     assert proc.returncode == 0, proc.stderr[-3000:]
     counts = {p[0]: int(p[1]) for p in (line.split() for line in proc.stdout.splitlines())
               if len(p) == 2 and p[1].isdigit()}
-    n = GymforgeConfig().topics.n
+    n = load_config(tmp_path / "config.yaml").topics.n  # the run reads config.yaml's slots
     assert counts["rollout_shard"] == n * 3
     assert counts["student_tokenizer"] == counts["sft_dataset"] == counts["sft_plots"] == counts["all"] == 1
     proc = subprocess.run([sys.executable, "-m", "snakemake", "-n", "--cores", "2",
