@@ -236,3 +236,14 @@ def test_a_plan_past_the_partitions_limit_fails_before_anything_runs(tmp_path: P
     assert proc.returncode != 0
     out = proc.stderr + proc.stdout
     assert "train_student: asks for 8 GPU(s) for 4320 min" in out and "lower train.runtime_min" in out
+
+
+def test_the_names_resources_copies_from_higher_layers_match_them() -> None:
+    """runtime sits below student and tasks, so it names the CPU base model and the post-training spec file itself:
+    a rename there would silently make every post-training task ask for GPUs (or none)."""
+    from gymforge.runtime import resources
+    from gymforge.student import smollm2
+    from gymforge.tasks import posttraining
+
+    assert resources.CPU_BASE_MODELS == {smollm2.NAME}
+    assert resources.SPEC_FILE == posttraining.SPEC_FILE
