@@ -358,6 +358,28 @@ def test_the_one_device_estimate_covers_the_measured_update_and_no_more_than_nee
         assert measured <= allocated <= measured + 1.5, tokens
 
 
+def test_one_device_gradient_checkpointing_keeps_one_hidden_state_per_layer() -> None:
+    """rl.gradient_checkpointing on one device (`update_models`): fp32 hidden states per layer plus one layer's
+    autocast activations; 4B at 8,192 tokens fits an 80 GB GPU only so."""
+    def one(checkpointing: bool) -> Any:
+        return update_memory(QWEN3["4b"], gpus=1, strategy="ddp", gradient_checkpointing=checkpointing,
+                             max_length=8192, max_new_tokens=1024)
+
+    on, off = one(True), one(False)
+    assert on.gradient_checkpointing and not off.gradient_checkpointing and "gradient checkpointing" in on.note
+    assert on.activations == pytest.approx((8192 * 2560 * 4 * 36 + 80 * 8192 * 2560) / 2**30)
+    assert on.fits and not off.fits and on.states == off.states and on.reference == off.reference
+
+
+def test_update_models_checkpoints_the_policy_only(student: Path) -> None:
+    from gymforge.stages.rl import update_models
+
+    base = student
+    reference, policy, _ = update_models(base, base, 1e-6, gradient_checkpointing=True)
+    assert policy.is_gradient_checkpointing and not reference.is_gradient_checkpointing
+    assert not update_models(base, base, 1e-6)[1].is_gradient_checkpointing
+
+
 def test_estimate_checks_the_rl_update_memory() -> None:
     from gymforge.core.config import load_config
     from gymforge.tools.estimate import estimate, render

@@ -192,6 +192,76 @@ def test_truncation_at_max_length(fixture_dir: Path, tmp_path: Path) -> None:
                                fixture_dir / "tokenizer", tmp_path / "work2")
 
 
+def _token_loss(model: Any, batch: dict[str, Any]) -> Any:
+    """Mean next-token cross-entropy over the labelled tokens of a collated batch (the model's own forward)."""
+    import torch
+
+    inputs = {k: v for k, v in batch.items() if k != "labels"}
+    logits = model(**inputs, use_cache=False).logits[:, :-1].float()  # as TRL calls it: a cache hides the packing
+    labels = batch["labels"][:, 1:]
+    return torch.nn.functional.cross_entropy(logits.reshape(-1, logits.size(-1)), labels.reshape(-1),
+                                             ignore_index=-100)
+
+
+@pytest.mark.parametrize("student", ["offline", "Qwen/Qwen3-4B"])
+def test_packing_keeps_the_masks_and_the_loss(fixture_dir: Path, tmp_path: Path, student: str) -> None:
+    """train.packing: examples packed padding-free keep their labels (the template's markers, or the masks computed
+    from Qwen3's rendering) and give the padded batch's loss: attention stays within each example."""
+    import torch
+    from transformers import AutoModelForCausalLM
+    from trl.chat_template_utils import qwen3_chat_template
+
+    from gymforge.student.tokenizer import load_tokenizer
+
+    tokenizer = fixture_dir / "tokenizer"
+    if student != "offline":
+        tok = load_tokenizer(tokenizer)
+        tok.chat_template = qwen3_chat_template  # no generation markers: masks from the rendering
+        tok.save_pretrained(str(tmp_path / "qwen3tok"))
+        tokenizer = tmp_path / "qwen3tok"
+    two_turns = [{"role": "system", "content": SYSTEM}, {"role": "user", "content": user("score essays")},
+                 {"role": "assistant", "content": "DISCUSSION\nLook first.\n```\nls\n```"},
+                 {"role": "user", "content": "Observation: data/ train.csv"}, {"role": "assistant", "content": REPLY}]
+    rows = [example(t) for t in TASKS[:5]] + [two_turns, [{"role": "user", "content": "go"},
+                                                          {"role": "assistant", "content": "ls -la"}]]
+    ds = training.load_sft_dataset(save_dataset(rows, tmp_path / "ds"))
+    padded = training.build_trainer(make_cfg(student=student, max_length=512), ds, str(fixture_dir / "base"),
+                                    tokenizer, tmp_path / "padded")
+    packed = training.build_trainer(make_cfg(student=student, max_length=512, packing=True), ds,
+                                    str(fixture_dir / "base"), tokenizer, tmp_path / "packed")
+    assert packed.args.padding_free and packed.args.packing and not padded.args.packing
+    assert training.examples_trained(packed.train_dataset) == len(padded.train_dataset) == len(rows)
+    assert len(packed.train_dataset) < len(rows)  # several examples to a row
+
+    def examples(trainer: Any) -> list[tuple[list[int], list[int]]]:
+        out = []
+        for item in trainer.train_dataset:
+            ids, labels, start = item["input_ids"], item["labels"], 0
+            for n in item.get("seq_lengths", [len(ids)]):
+                out.append((ids[start:start + n], labels[start:start + n]))
+                start += n
+        return sorted(out)
+
+    assert examples(packed) == examples(padded)  # the same tokens, the same labels: the masks survive packing
+
+    model = AutoModelForCausalLM.from_pretrained(str(fixture_dir / "base"), dtype=torch.float32).eval()
+    padded_batch = padded.data_collator([padded.train_dataset[i] for i in range(len(rows))])
+    packed_batch = packed.data_collator([packed.train_dataset[i] for i in range(len(packed.train_dataset))])
+    assert "attention_mask" in padded_batch and (padded_batch["attention_mask"] == 0).any()  # padding paid for
+    assert "attention_mask" not in packed_batch and packed_batch["input_ids"].shape[0] == 1  # one padding-free row
+    with torch.no_grad():
+        assert _token_loss(model, packed_batch).item() == pytest.approx(_token_loss(model, padded_batch).item(),
+                                                                         rel=1e-5)
+
+
+def test_liger_needs_its_package_and_a_gpu(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    monkeypatch.setattr(training, "liger_available", lambda: False)
+    with pytest.raises(training.TrainingError, match="liger-kernel"):
+        training.sft_config(make_cfg(liger=True), tmp_path, "fp32")
+    monkeypatch.setattr(training, "liger_available", lambda: True)
+    assert training.sft_config(make_cfg(liger=True), tmp_path, "fp32").use_liger_kernel
+
+
 def test_bad_inputs_fail_clearly(fixture_dir: Path, tmp_path: Path) -> None:
     import datasets
 

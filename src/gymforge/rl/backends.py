@@ -52,7 +52,7 @@ class Backend:
         dtype = torch.float32 if trainable or not self.bf16 else torch.bfloat16
         model = AutoModelForCausalLM.from_pretrained(str(path), dtype=dtype)
         if trainable and gradient_checkpointing:
-            _checkpoint_activations(model)
+            checkpoint_activations(model)
         if not trainable:
             model.requires_grad_(False)
         return self.wrap(model, trainable=trainable)
@@ -145,7 +145,7 @@ class Backend:
         self.barrier()
 
 
-def _checkpoint_activations(model: Any) -> None:
+def checkpoint_activations(model: Any) -> None:
     """Recompute each decoder layer in the backward pass (non-reentrant: works under FSDP2 and DeepSpeed)."""
     kwargs = {"use_reentrant": False}
     if hasattr(model, "activation_checkpointing_enable"):  # transformers >= 5.2x (the old name is deprecated)
@@ -334,7 +334,7 @@ class DeepSpeed(Backend):
 
         model = AutoModelForCausalLM.from_pretrained(str(path), dtype=torch.bfloat16 if self.bf16 else torch.float32)
         if trainable and gradient_checkpointing:
-            _checkpoint_activations(model)
+            checkpoint_activations(model)
         if trainable:
             return model  # prepared with its optimizer (`optimizer`)
         from trl.models.utils import prepare_deepspeed

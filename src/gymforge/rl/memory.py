@@ -114,7 +114,7 @@ def update_memory(shape: Shape, *, gpus: int, strategy: str, gradient_checkpoint
     n = max(gpus, 1)
     worker = gpus > 1  # the update runs in gymforge.rl.sharded's processes
     sharded = worker and strategy in ("fsdp", "deepspeed")
-    checkpointing = worker and gradient_checkpointing
+    checkpointing = gradient_checkpointing  # one device (`update_models`) or sharded (the workers)
     p = shape.params
     tokens = max_length
     head = shape.vocab * shape.hidden * (1 if shape.tied else 2)

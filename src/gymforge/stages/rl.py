@@ -194,11 +194,15 @@ def check_update_memory(cfg: GymforgeConfig) -> None:
                        f"{capacity:.0f} GiB. {advice(cfg, params, capacity)}")
 
 
-def update_models(reference_dir: Path, policy_dir: Path, learning_rate: float) -> tuple[Any, Any, Any]:
+def update_models(reference_dir: Path, policy_dir: Path, learning_rate: float,
+                  gradient_checkpointing: bool = False) -> tuple[Any, Any, Any]:
     """(reference, policy, optimizer) of an update on one device, the first GPU, else the CPU: the frozen reference
-    in bf16 where the GPU has it (fp32 otherwise), the policy in fp32 with AdamW (fp32 master weights and moments)."""
+    in bf16 where the GPU has it (fp32 otherwise), the policy in fp32 with AdamW (fp32 master weights and moments);
+    `gradient_checkpointing` (rl.gradient_checkpointing): the policy recomputes each decoder layer in the backward."""
     import torch
     from transformers import AutoModelForCausalLM
+
+    from gymforge.rl.backends import checkpoint_activations
 
     device = "cuda" if torch.cuda.is_available() else "cpu"
     dtype = torch.bfloat16 if device == "cuda" and torch.cuda.is_bf16_supported() else torch.float32
@@ -206,6 +210,8 @@ def update_models(reference_dir: Path, policy_dir: Path, learning_rate: float) -
     for p in reference.parameters():
         p.requires_grad_(False)
     policy = AutoModelForCausalLM.from_pretrained(str(policy_dir), dtype=torch.float32).to(device).eval()
+    if gradient_checkpointing:
+        checkpoint_activations(policy)
     optimizer = torch.optim.AdamW(policy.parameters(), lr=learning_rate, weight_decay=0.0)
     return reference, policy, optimizer
 
@@ -404,8 +410,8 @@ def _open_trainer(cfg: GymforgeConfig, sft_checkpoint: Path, policy_dir: Path, *
     # no model. Otherwise one device: the first of the job's GPUs (the policy server holds them during rollouts),
     # else the CPU.
     if not trainer.sharded:
-        trainer.reference, trainer.policy, trainer.optimizer = update_models(sft_checkpoint, policy_dir,
-                                                                             cfg.rl.learning_rate)
+        trainer.reference, trainer.policy, trainer.optimizer = update_models(
+            sft_checkpoint, policy_dir, cfg.rl.learning_rate, gradient_checkpointing=cfg.rl.gradient_checkpointing)
         if resumed and (policy_dir / "optimizer.pt").exists():
             trainer.optimizer.load_state_dict(torch.load(policy_dir / "optimizer.pt", weights_only=True,
                                                          map_location=trainer.policy.device))

@@ -29,6 +29,15 @@ Contracts:
   sample's). An example whose assistant tokens all fall beyond the cut has no loss and is dropped by TRL;
   `TrainReport.examples_trained` counts what remained, `truncated` how many were cut (from the dataset's
   `tokens` column).
+- Packing (`train.packing`): TRL's best-fit-decreasing packing, padding-free: the examples (cut to
+  `train.max_length`, keeping their start) are packed into rows of up to `train.max_length` tokens and a batch is
+  one row of them all, their positions restarting at each example, so attention stays within an example (flash
+  attention's variable-length kernel, or SDPA with the block-diagonal mask transformers builds from the positions)
+  and no step pays for padding. TRL builds the labels from the assistant masks before packing, so the masks survive;
+  an example whose assistant tokens all fall beyond the cut is packed, with no loss, instead of dropped.
+  `TrainReport.examples_trained` counts the examples in the packed rows.
+- Kernels (`train.liger`): Liger's Triton kernels for RMSNorm, RoPE and SwiGLU (TRL's `use_liger_kernel`; its
+  fused LM head stays TRL's). Needs liger-kernel and a CUDA GPU, else training fails at once.
 - Precision: `auto` is bf16 on a CUDA GPU that supports it, else fp32. bf16 computes under bf16 autocast over
   float32 master weights and AdamW state (`train.master_weights: fp32`, the default; `bf16` loads the weights in
   bfloat16, where an update smaller than half a bf16 spacing is rounded away: most at lr 1e-5); fp16 keeps fp32
@@ -168,6 +177,13 @@ def rendered_dataset(dataset: Any, tokenizer: Any, student: str, max_length: int
     return dataset.select_columns(columns).map(tokenize, remove_columns=columns)
 
 
+def examples_trained(train_dataset: Any) -> int:
+    """Examples in TRL's prepared dataset: its rows, or with packing the examples packed into them."""
+    if "seq_lengths" in train_dataset.column_names:
+        return sum(len(lengths) for lengths in train_dataset["seq_lengths"])
+    return len(train_dataset)
+
+
 def has_request_rows(dataset: Any) -> bool:
     """Some row is a `request` example (only its last assistant turn is trained)."""
     return "unit" in dataset.column_names and "request" in set(dataset["unit"])
@@ -193,10 +209,25 @@ def sft_config(cfg: GymforgeConfig, output_dir: Path, precision: str) -> Any:
     t = cfg.train
     seed = train_seed(cfg)
     dtype = weights_dtype(cfg, precision)
+    if t.liger:
+        check_liger()
     with warnings.catch_warnings():
         # transformers 5.2x renames gradient_checkpointing (activation_checkpointing); TRL still sets the old name
         warnings.filterwarnings("ignore", message=".*gradient_checkpointing.*deprecated", category=FutureWarning)
         return _sft_config(SFTConfig, t, output_dir, precision, dtype, seed)
+
+
+def liger_available() -> bool:
+    """Liger's kernels can run here: the package is installed and there is a CUDA GPU (they are Triton kernels)."""
+    import importlib.util
+
+    return importlib.util.find_spec("liger_kernel") is not None and _cuda()
+
+
+def check_liger() -> None:
+    if not liger_available():
+        raise TrainingError("train.liger needs the liger-kernel package and a CUDA GPU (its kernels are Triton's); "
+                            "install it (`pip install liger-kernel`) or set train.liger: false")
 
 
 def _sft_config(SFTConfig: Any, t: Any, output_dir: Path, precision: str, dtype: str, seed: int) -> Any:
@@ -206,7 +237,11 @@ def _sft_config(SFTConfig: Any, t: Any, output_dir: Path, precision: str, dtype:
         assistant_only_loss=True,
         max_length=t.max_length,
         truncation_mode="keep_start",
-        packing=False,
+        # train.packing: best-fit-decreasing packing, padding-free (position_ids restart per example; TRL builds the
+        # labels from the masks before packing, so the masks survive it)
+        packing=t.packing,
+        packing_strategy="bfd",
+        padding_free=t.packing,
         dataset_num_proc=None,
         # optimisation
         learning_rate=t.learning_rate,
@@ -219,6 +254,7 @@ def _sft_config(SFTConfig: Any, t: Any, output_dir: Path, precision: str, dtype:
         bf16=precision == "bf16",
         fp16=precision == "fp16",
         gradient_checkpointing=t.gradient_checkpointing,
+        use_liger_kernel=t.liger,  # the layers' kernels only: TRL keeps its fused LM head
         seed=seed,
         data_seed=seed,
         model_init_kwargs={"dtype": dtype, "device_map": None},
@@ -611,7 +647,7 @@ def _train_into(cfg: GymforgeConfig, dataset_dir: str | Path, base: str, tokeniz
     lengths = dataset["tokens"] if "tokens" in dataset.column_names else None
     mean_loss = result.training_loss
     report = TrainReport(
-        student=cfg.train.student, base=base, examples=len(dataset), examples_trained=len(trainer.train_dataset),
+        student=cfg.train.student, base=base, examples=len(dataset), examples_trained=examples_trained(trainer.train_dataset),
         truncated=sum(n > cfg.train.max_length for n in lengths) if lengths is not None else None,
         max_length=cfg.train.max_length, steps=trainer.state.global_step,
         epochs=round(float(trainer.state.epoch or 0), 4),

@@ -108,6 +108,12 @@ class TrainConfig(Strict):
         "finished bf16 model is saved in bfloat16 (docs/training.md#measured-on-a-gpu).")
     gradient_checkpointing: bool = Field(False, description="Recompute activations in the backward pass of SFT: "
                                          "less memory for long examples, more compute.")
+    packing: bool = Field(False, description="Pack examples padding-free into rows of max_length tokens (TRL's "
+                          "best-fit-decreasing packing; each example keeps its own positions, its attention stays "
+                          "within itself and its loss mask is kept): no step pays for padding. An example longer "
+                          "than max_length is cut to it (keeping its start).")
+    liger: bool = Field(False, description="Liger's fused Triton kernels for the decoder layers (RMSNorm, RoPE, "
+                        "SwiGLU) in SFT; needs the liger-kernel package and a CUDA GPU.")
     seed: int | None = Field(None, description="Training seed; null: the run seed.")
     save_steps: int | None = Field(500, ge=1, description="Save a resumable checkpoint every this many optimizer "
                                    "steps; null: not by steps. A rerun of a killed train_student resumes "
@@ -225,7 +231,8 @@ class RLConfig(Strict):
         "src/gymforge/runtime/accelerate/<strategy>.yaml that SFT uses (fsdp: FSDP2 full shard; deepspeed: ZeRO-3; "
         "ddp: a whole copy per GPU, small students only).")
     gradient_checkpointing: bool = Field(False, description="Recompute each decoder layer's activations in the "
-                                         "backward pass of a sharded update (needed for 4B/8B at 32k tokens).")
+                                         "backward pass of the update, on one device or sharded (needed for 4B/8B at 32k "
+                                         "tokens).")
     mem_mb: int = Field(8192, ge=256, description="Memory the train_rl job declares.")
     runtime_min: int = Field(1440, ge=1, description="Wall-clock minutes the train_rl job declares.")
 
