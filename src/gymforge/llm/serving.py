@@ -23,10 +23,21 @@
 
 The transformers server (`GET /v1/models`, `POST /v1/chat/completions`; `stream: true` answers one SSE chunk):
 
-- one generation at a time (a lock: generation is compute-bound), in a ThreadingHTTPServer, so
-  `/v1/models` and `/health` answer while a request is generating;
+- concurrent requests are decoded together (continuous batching, `serving.max_batch` rows at most, `--max-batch`):
+  each HTTP thread hands its request to one worker thread, which prefills the waiting prompts (left-padded to
+  one length), merges their KV cache into the running batch's (padding the shorter on the left, masked) and
+  samples one token a step for every row, each under its own temperature, top-k, top-p and random generator;
+  requests that arrive join between steps, and a row that ends (eos, stop string, token cap) leaves the batch
+  and is answered at once. Under greedy decoding a batched reply has the same token ids as the same request
+  alone (`tests/llm/test_serving_batch.py`); a seeded request draws from its own `torch.Generator`, so its
+  reply does not depend on what else is in the batch (up to floating-point rounding of the batched matmuls,
+  which could move a draw that falls on a boundary between two tokens). transformers' own continuous batching
+  (`generate_batch`) is not used: it samples with one generator for the whole batch (no per-request seed), takes
+  greedy-or-sampling for the whole manager, and has no stop strings. A model whose KV cache is not plain
+  per-layer tensors (sliding-window layers) is batched only between batches: later requests wait for the running
+  batch to end. `/v1/models` and `/health` answer while requests are generating (a ThreadingHTTPServer);
 - `max_tokens` (or `max_completion_tokens`) is capped at `serving.max_new_tokens` and at what is left of
-  the model's context window; `temperature` 0 is greedy (the request's temperature, else
+  the model's context window; `temperature` 0 is greedy (the argmax, as `generate` takes it) (the request's temperature, else
   `serving.temperature`); `top_p`/`top_k` are honoured and, when unset, come from the checkpoint's
   generation config (as vLLM does); `seed` (when given) makes sampling reproducible;
 - generation stops at the tokenizer's eos, `<|im_end|>`, the generation config's eos ids and the
@@ -64,7 +75,7 @@ import tempfile
 import threading
 import time
 import urllib.request
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterator, Sequence
 
@@ -175,7 +186,7 @@ def transformers_command(serving: ServingConfig, checkpoint: str, served_name: s
     return [sys.executable, "-m", "gymforge.llm.serving", "--checkpoint", str(checkpoint), "--served-name", served_name,
             "--host", host, "--port", "0", "--port-file", str(scratch / "port"),
             "--max-new-tokens", str(serving.max_new_tokens), "--temperature", str(serving.temperature),
-            "--parent-pid", str(os.getpid()), "--scratch", str(scratch)]
+            "--max-batch", str(serving.max_batch), "--parent-pid", str(os.getpid()), "--scratch", str(scratch)]
 
 
 def _server_log(log_path: str | Path | None, scratch: Path) -> Path:
@@ -329,17 +340,41 @@ def _text(content: Any) -> str:
     return str(content)
 
 
+@dataclass(eq=False)
+class _Row:
+    """One request in the decoding batch: its prompt, its own sampling parameters, and what it has produced."""
+
+    ids: list[int]
+    limit: int  # new tokens at most
+    temperature: float  # <= 0: greedy
+    top_p: float
+    top_k: int  # 0: no top-k
+    stops: list[str]
+    seed: int | None
+    generator: Any = None  # a torch.Generator of the row's own (sampled rows)
+    new: list[int] = field(default_factory=list)
+    logprobs: list[float] = field(default_factory=list)
+    done: threading.Event = field(default_factory=threading.Event)
+    error: BaseException | None = None
+
+
 class ChatModel:
-    """A causal LM with its tokenizer and chat template; `complete(body)` is one chat completion."""
+    """A causal LM with its tokenizer and chat template; `complete(body)` is one chat completion.
+
+    Requests are decoded together by one worker thread (`max_batch` rows at most; see the module docstring)."""
 
     def __init__(self, checkpoint: str, served_name: str, *, max_new_tokens: int = 1024,
-                 default_temperature: float = 0.7, device: str | None = None, dtype: str = "auto") -> None:
+                 default_temperature: float = 0.7, device: str | None = None, dtype: str = "auto",
+                 max_batch: int = 32) -> None:
         import torch
         from transformers import AutoModelForCausalLM, AutoTokenizer
 
+        if max_batch < 1:
+            raise ValueError(f"max_batch must be at least 1, not {max_batch}")
         self.served_name = served_name
         self.max_new_tokens = max_new_tokens
         self.default_temperature = default_temperature
+        self.max_batch = max_batch
         self.device = device or ("cuda" if torch.cuda.is_available() else "cpu")
         self.tokenizer = AutoTokenizer.from_pretrained(checkpoint)
         if not self.tokenizer.chat_template:
@@ -360,7 +395,11 @@ class ChatModel:
         # Only what the checkpoint's generation_config.json sets explicitly (vLLM reads the same).
         self.sampling_defaults = {k: v for k, v in self.model.generation_config.to_diff_dict().items()
                                   if k in ("top_p", "top_k") and v is not None}
-        self.lock = threading.Lock()
+        self.tokenizer_lock = threading.Lock()  # a fast tokenizer is not safe to share between threads
+        self._pending: list[_Row] = []
+        self._wake = threading.Condition()
+        self._worker: threading.Thread | None = None
+        self._can_join: bool | None = None  # whether rows may join a running batch (known after the first prefill)
 
     def prompt_ids(self, body: dict[str, Any]) -> list[int]:
         messages = body.get("messages")
@@ -370,8 +409,9 @@ class ChatModel:
         kwargs: dict[str, Any] = {}
         if body.get("tools"):
             kwargs["tools"] = body["tools"]
-        ids = self.tokenizer.apply_chat_template(chat, add_generation_prompt=True, tokenize=True, return_dict=False,
-                                                 **kwargs)
+        with self.tokenizer_lock:
+            ids = self.tokenizer.apply_chat_template(chat, add_generation_prompt=True, tokenize=True,
+                                                     return_dict=False, **kwargs)
         if hasattr(ids, "keys"):
             ids = ids["input_ids"]
         return list(ids)
@@ -383,13 +423,19 @@ class ChatModel:
                              f"`{self.served_name}`).", "not_found_error")
         if int(body.get("n") or 1) != 1:
             raise BadRequest(400, "only n=1 is supported")
-        # One request at a time: generation is compute-bound, and a fast tokenizer is not safe to share.
-        with self.lock:
-            return self._complete(body)
+        row = self._row(body)
+        with self._wake:
+            if self._worker is None or not self._worker.is_alive():
+                self._worker = threading.Thread(target=self._decode_loop, name="gymforge-batcher", daemon=True)
+                self._worker.start()
+            self._pending.append(row)
+            self._wake.notify()
+        row.done.wait()
+        if row.error is not None:
+            raise row.error
+        return self._reply(body, row)
 
-    def _complete(self, body: dict[str, Any]) -> dict[str, Any]:
-        import torch
-
+    def _row(self, body: dict[str, Any]) -> _Row:
         ids = self.prompt_ids(body)
         room = self.context - len(ids)
         if room < 1:
@@ -407,34 +453,24 @@ class ChatModel:
         top_k = body.get("top_k") if body.get("top_k") is not None else gen.get("top_k")
         stop = body.get("stop")
         stops = [stop] if isinstance(stop, str) else [s for s in (stop or []) if s]
-        kwargs: dict[str, Any] = {"max_new_tokens": limit, "eos_token_id": self.eos_ids, "pad_token_id": self.pad_id}
-        if temperature <= 0:
-            kwargs.update(do_sample=False, temperature=None, top_p=None, top_k=None)
-        else:
-            kwargs.update(do_sample=True, temperature=temperature, top_p=float(top_p),
-                          top_k=int(top_k) if top_k and int(top_k) > 0 else None)
-        if stops:
-            kwargs.update(stop_strings=stops, tokenizer=self.tokenizer)
-        want_logprobs = bool(body.get("logprobs"))
-        if want_logprobs:  # the scores generate sampled from: after temperature, top-k and top-p
-            kwargs.update(return_dict_in_generate=True, output_scores=True)
-        input_ids = torch.tensor([ids], device=self.device)
-        with torch.inference_mode():
-            if body.get("seed") is not None:
-                torch.manual_seed(int(body["seed"]))
-            output = self.model.generate(input_ids=input_ids, attention_mask=torch.ones_like(input_ids), **kwargs)
-            sequences = output.sequences if want_logprobs else output
-            new = sequences[0, len(ids):].tolist()
-            logprobs = None
-            if want_logprobs:
-                logprobs = self._logprobs(new, output.scores)
-        finish = "length"
-        if new and new[-1] in self.eos_ids:
-            finish = "stop"
-        text = self.tokenizer.decode(new, skip_special_tokens=True)
-        for s in stops:
+        seed = body.get("seed")
+        return _Row(ids=ids, limit=limit, temperature=temperature, top_p=float(top_p),
+                    top_k=int(top_k) if top_k and int(top_k) > 0 else 0, stops=stops,
+                    seed=None if seed is None else int(seed))
+
+    def _reply(self, body: dict[str, Any], row: _Row) -> dict[str, Any]:
+        ids, new = row.ids, row.new
+        finish = "stop" if new and new[-1] in self.eos_ids else "length"
+        with self.tokenizer_lock:
+            text = self.tokenizer.decode(new, skip_special_tokens=True)
+            tokens = self.tokenizer.convert_ids_to_tokens(new) if body.get("logprobs") else []
+        for s in row.stops:
             if s in text:
                 text, finish = text[: text.index(s)], "stop"
+        logprobs = None
+        if body.get("logprobs"):  # each sampled token's log-prob under the distribution it was drawn from
+            logprobs = {"content": [{"token": t, "logprob": lp, "bytes": list(t.encode("utf-8")), "top_logprobs": []}
+                                    for t, lp in zip(tokens, row.logprobs, strict=True)]}
         prompt_tokens, completion_tokens = len(ids), len(new)
         return {
             "id": f"chatcmpl-{os.getpid()}-{time.monotonic_ns()}",
@@ -449,16 +485,164 @@ class ChatModel:
             **({"prompt_token_ids": ids} if body.get("return_token_ids") else {}),
         }
 
-    def _logprobs(self, new: list[int], scores: Sequence[Any]) -> dict[str, Any]:
-        """OpenAI's `logprobs` of a reply: each sampled token's log-prob under the distribution it was drawn from
-        (generate's processed scores, as vLLM's `--logprobs-mode processed_logprobs`), no alternatives."""
+    # ---- the decoding loop (one worker thread) ----
+
+    def _decode_loop(self) -> None:
+        """Decode the waiting requests together, one token a step for every row; requests that arrive join the
+        batch between steps (up to `max_batch` rows), rows that finish leave it and are answered at once."""
         import torch
 
-        content = []
-        for token, tok, score in zip(self.tokenizer.convert_ids_to_tokens(new), new, scores, strict=True):
-            lp = float(torch.log_softmax(score[0].float(), dim=-1)[tok])
-            content.append({"token": token, "logprob": lp, "bytes": list(token.encode("utf-8")), "top_logprobs": []})
-        return {"content": content}
+        rows: list[_Row] = []
+        batch: tuple[Any, Any] | None = None  # (KV cache, attention mask [rows, positions]) of `rows`
+        logits = None  # [rows, vocab]: each row's next-token scores
+        while True:
+            with self._wake:
+                while not rows and not self._pending:
+                    self._wake.wait()
+                joining: list[_Row] = []
+                if not rows or self._can_join:
+                    joining = self._pending[: self.max_batch - len(rows)]
+                    del self._pending[: len(joining)]
+            try:
+                with torch.inference_mode():
+                    if joining:
+                        new_batch, new_logits = self._prefill(joining)
+                        if rows:
+                            batch, logits = self._merge(batch, new_batch), torch.cat([logits, new_logits])
+                        else:
+                            batch, logits = new_batch, new_logits
+                        rows = rows + joining
+                    tokens = self._sample(rows, logits)
+                    keep = [i for i, row in enumerate(rows) if not self._finished(row)]
+                    for i, row in enumerate(rows):
+                        if i not in keep:
+                            row.done.set()
+                    if not keep:
+                        rows, batch, logits = [], None, None
+                        continue
+                    if len(keep) < len(rows):
+                        rows, batch = [rows[i] for i in keep], self._select(batch, keep)
+                        tokens = tokens[keep]
+                    batch, logits = self._step(rows, batch, tokens)
+            except Exception as exc:  # noqa: BLE001 - every waiting request gets the error, the loop goes on
+                log.exception("generation failed for a batch of %d", len(rows) + len(joining))
+                for row in {*rows, *joining}:
+                    row.error = exc
+                    row.done.set()
+                rows, batch, logits = [], None, None
+
+    def _prefill(self, rows: list[_Row]) -> tuple[tuple[Any, Any], Any]:
+        """Run the prompts of `rows`, left-padded to one length; their KV cache, attention mask and last logits."""
+        import torch
+        from transformers.cache_utils import DynamicLayer
+
+        width = max(len(row.ids) for row in rows)
+        input_ids = torch.full((len(rows), width), self.pad_id, dtype=torch.long)
+        mask = torch.zeros((len(rows), width), dtype=torch.long)
+        for i, row in enumerate(rows):
+            input_ids[i, width - len(row.ids):] = torch.tensor(row.ids)
+            mask[i, width - len(row.ids):] = 1
+            if row.temperature > 0:  # the row's own random stream: its draws do not depend on the batch
+                seed = row.seed if row.seed is not None else int.from_bytes(os.urandom(8), "little") >> 1
+                row.generator = torch.Generator(device=self.device).manual_seed(seed)
+        input_ids, mask = input_ids.to(self.device), mask.to(self.device)
+        positions = (mask.cumsum(-1) - 1).clamp(min=0)
+        out = self.model(input_ids=input_ids, attention_mask=mask, position_ids=positions, use_cache=True,
+                         logits_to_keep=1)
+        cache = out.cache
+        if self._can_join is None:  # joining pads and concatenates plain per-layer tensors (no sliding windows)
+            self._can_join = all(type(layer) is DynamicLayer for layer in getattr(cache, "layers", [None]))
+            if not self._can_join:
+                log.warning("this model's KV cache (%s) cannot be merged: requests are batched as they arrive, and "
+                            "those arriving later wait for the batch to finish", type(cache).__name__)
+        return (cache, mask), out.logits[:, -1, :]
+
+    @staticmethod
+    def _merge(a: tuple[Any, Any], b: tuple[Any, Any]) -> tuple[Any, Any]:
+        """One batch of `a`'s rows then `b`'s: the shorter is padded on the left (masked) to the other's length."""
+        import torch
+        import torch.nn.functional as F
+
+        (cache, mask), (other, other_mask) = a, b
+        width = max(mask.shape[1], other_mask.shape[1])
+
+        def pad(t: Any, dim_from_end: int) -> Any:
+            missing = width - t.shape[-dim_from_end]
+            return t if missing == 0 else F.pad(t, (0, 0) * (dim_from_end - 1) + (missing, 0))
+
+        for layer, new in zip(cache.layers, other.layers, strict=True):
+            layer.keys = torch.cat([pad(layer.keys, 2), pad(new.keys, 2)])
+            layer.values = torch.cat([pad(layer.values, 2), pad(new.values, 2)])
+        return cache, torch.cat([pad(mask, 1), pad(other_mask, 1)])
+
+    @staticmethod
+    def _select(batch: tuple[Any, Any], keep: list[int]) -> tuple[Any, Any]:
+        """The rows `keep` of a batch, without the leading positions that are padding in all of them."""
+        import torch
+
+        cache, mask = batch
+        index = torch.tensor(keep, device=mask.device)
+        mask = mask[index]
+        skip = int((mask.sum(0) > 0).int().argmax())  # the first position some row uses
+        for layer in cache.layers:
+            layer.keys = layer.keys[index, :, skip:]
+            layer.values = layer.values[index, :, skip:]
+        return cache, mask[:, skip:]
+
+    def _step(self, rows: list[_Row], batch: tuple[Any, Any], tokens: Any) -> tuple[tuple[Any, Any], Any]:
+        """Feed each row its last sampled token: the batch one position longer, and the next logits."""
+        import torch
+
+        cache, mask = batch
+        mask = torch.cat([mask, mask.new_ones((len(rows), 1))], dim=1)
+        positions = torch.tensor([[len(row.ids) + len(row.new) - 1] for row in rows], device=mask.device)
+        out = self.model(input_ids=tokens.unsqueeze(1), attention_mask=mask, position_ids=positions,
+                         cache=cache, use_cache=True)
+        return (out.cache, mask), out.logits[:, -1, :]
+
+    def _sample(self, rows: list[_Row], logits: Any) -> Any:
+        """Each row's next token under its own temperature, top-k and top-p (in that order, as transformers' warpers
+        apply them) and its own generator; greedy rows take the argmax. Records the token and its log-prob under
+        the processed distribution."""
+        import torch
+
+        scores = logits.float()
+        vocab = scores.shape[-1]
+        greedy = [row.temperature <= 0 for row in rows]
+        # Greedy rows: temperature 1, no top-k or top-p (their log-probs are the raw model's, as generate's scores)
+        temps = torch.tensor([[row.temperature if row.temperature > 0 else 1.0] for row in rows], device=scores.device)
+        scores = scores / temps
+        top_k = torch.tensor([row.top_k if row.temperature > 0 and 0 < row.top_k < vocab else vocab for row in rows],
+                             device=scores.device)
+        if bool((top_k < vocab).any()):
+            kth = torch.sort(scores, dim=-1, descending=True).values.gather(-1, (top_k - 1).unsqueeze(-1))
+            scores = scores.masked_fill(scores < kth, float("-inf"))
+        top_p = torch.tensor([[row.top_p if row.temperature > 0 else 1.0] for row in rows], device=scores.device)
+        if bool((top_p < 1.0).any()):  # transformers' TopPLogitsWarper, one threshold per row
+            ordered, order = torch.sort(scores, descending=False)
+            cumulative = ordered.softmax(dim=-1).cumsum(dim=-1)
+            remove = cumulative <= (1 - top_p)
+            remove[..., -1:] = False
+            scores = scores.masked_fill(remove.scatter(1, order, remove), float("-inf"))
+        logprobs = torch.log_softmax(scores, dim=-1)
+        tokens = scores.argmax(dim=-1)
+        for i, row in enumerate(rows):
+            if not greedy[i]:
+                tokens[i] = torch.multinomial(logprobs[i].exp(), 1, generator=row.generator)[0]
+        chosen = logprobs.gather(-1, tokens.unsqueeze(-1)).squeeze(-1)
+        for row, token, lp in zip(rows, tokens.tolist(), chosen.tolist(), strict=True):
+            row.new.append(token)
+            row.logprobs.append(lp)
+        return tokens
+
+    def _finished(self, row: _Row) -> bool:
+        if row.new[-1] in self.eos_ids or len(row.new) >= row.limit:
+            return True
+        if row.stops:
+            with self.tokenizer_lock:
+                text = self.tokenizer.decode(row.new, skip_special_tokens=True)
+            return any(s in text for s in row.stops)
+        return False
 
 
 class _Handler(ChatCompletionsHandler):
@@ -533,6 +717,8 @@ def main(argv: Sequence[str] | None = None) -> None:
     p.add_argument("--max-new-tokens", type=int, default=ServingConfig().max_new_tokens)
     p.add_argument("--temperature", type=float, default=ServingConfig().temperature,
                    help="temperature of requests that send none")
+    p.add_argument("--max-batch", type=int, default=ServingConfig().max_batch,
+                   help="requests decoded together at most (1: one at a time)")
     p.add_argument("--device", default=None, help="cuda or cpu (default: cuda when available)")
     p.add_argument("--dtype", default="auto")
     p.add_argument("--parent-pid", type=int, default=None, help="exit when this process is gone")
@@ -542,7 +728,8 @@ def main(argv: Sequence[str] | None = None) -> None:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
 
     chat = ChatModel(args.checkpoint, args.served_name, max_new_tokens=args.max_new_tokens,
-                     default_temperature=args.temperature, device=args.device, dtype=args.dtype)
+                     default_temperature=args.temperature, device=args.device, dtype=args.dtype,
+                     max_batch=args.max_batch)
     server = make_server(chat, args.host, args.port)
     port = server.server_address[1]
     signal.signal(signal.SIGTERM, lambda *_: threading.Thread(target=server.shutdown, daemon=True).start())
@@ -551,7 +738,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     if args.port_file:
         atomic.write_text(args.port_file, f"{port}\n")
     print(f"serving {args.checkpoint} as {args.served_name!r} on http://{args.host}:{port}/v1 "
-          f"(device {chat.device}, context {chat.context})", flush=True)
+          f"(device {chat.device}, context {chat.context}, batches of {chat.max_batch} at most)", flush=True)
     server.serve_until_interrupted()
     _remove_if_orphaned(args.parent_pid, args.scratch)
 

@@ -55,6 +55,9 @@ class ServingConfig(Strict):
     gpus: int = Field(0, ge=0, description="GPUs each evaluation job of a served model declares.")
     max_new_tokens: int = Field(1024, ge=1, description="Tokens per reply of a served model.")
     temperature: float = Field(0.7, ge=0, le=2, description="Sampling temperature of a served model.")
+    max_batch: int = Field(32, ge=1, description="The transformers server's batch: concurrent requests decoded "
+                           "together at most (requests join a running batch between tokens); 1 answers one at a time. "
+                           "vLLM schedules its own.")
     startup_timeout_s: float = Field(900.0, gt=0, description="Longest wait for a served model's server to "
                                      "come up and list the model (loading the weights included).")
     vllm_args: list[str] = Field([], description="Extra arguments for `vllm serve` (e.g. --max-model-len 32768).")
