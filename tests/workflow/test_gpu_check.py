@@ -10,6 +10,7 @@ import os
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -39,16 +40,39 @@ def test_model_flops_are_six_per_matmul_parameter_plus_causal_attention() -> Non
     assert attention == 6 * 28 * 16 * 128 * 4096
 
 
+def test_the_4b_shape_is_qwen3_4b() -> None:
+    """--size 4b: Qwen3-4B's config (4.02B parameters, tied embeddings), what `gymforge estimate` assumes for it."""
+    import torch
+    from transformers import Qwen3Config, Qwen3ForCausalLM
+
+    from gymforge.rl.memory import QWEN3
+
+    config = Qwen3Config(vocab_size=bench.QWEN_VOCAB, tie_word_embeddings=True, **bench.QWEN3_4B)
+    with torch.device("meta"):
+        model = Qwen3ForCausalLM(config)
+    params = sum(p.numel() for p in model.parameters())
+    assert params == pytest.approx(QWEN3["4b"].params, rel=0.005)
+    assert (config.hidden_size, config.num_hidden_layers) == (QWEN3["4b"].hidden, QWEN3["4b"].layers)
+    attention = bench.flops_per_token(config, 16384) - bench.flops_per_token(config, 0)
+    assert attention == 6 * 36 * 32 * 128 * 16384
+    assert bench.attention_length([100, 100]) == 100 and bench.attention_length([300, 100]) == 250
+
+
+def run_tiny(tmp_path: Path, *options: str) -> tuple[subprocess.CompletedProcess[str], list[dict[str, Any]]]:
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "TMPDIR": str(tmp_path)}
+    out = tmp_path / "out"
+    proc = subprocess.run([sys.executable, str(SCRIPT), "--tiny", "--out", str(out), *options], capture_output=True,
+                          text=True, env=env, timeout=300, cwd=tmp_path)
+    printed = [json.loads(line) for line in proc.stdout.splitlines() if line.startswith("{")]
+    assert [json.loads(line) for line in (out / "gpu_check.jsonl").read_text().splitlines()] == printed
+    return proc, printed
+
+
 @pytest.mark.slow
 @needs_qwen
 def test_the_tiny_run_reports_every_check(tmp_path: Path) -> None:
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "TMPDIR": str(tmp_path)}
-    out = tmp_path / "out"
-    proc = subprocess.run([sys.executable, str(SCRIPT), "--tiny", "--out", str(out)], capture_output=True, text=True,
-                          env=env, timeout=300, cwd=tmp_path)
+    proc, printed = run_tiny(tmp_path)
     assert proc.returncode == 0, proc.stderr[-3000:]
-    printed = [json.loads(line) for line in proc.stdout.splitlines() if line.startswith("{")]
-    assert [json.loads(line) for line in (out / "gpu_check.jsonl").read_text().splitlines()] == printed
     checks = {(c["check"], c.get("tokens_per_sample")): c for c in printed}
     assert [c["check"] for c in printed] == ["setup", "sft", "sft", "rl_update", "rl_memory", "rl_memory", "serve"]
     assert checks["setup", None]["device"] == "cpu" and checks["setup", None]["parameters"] > 0
@@ -64,6 +88,32 @@ def test_the_tiny_run_reports_every_check(tmp_path: Path) -> None:
     assert [c["tokens_per_sample"] <= length for c, length in zip(memory, (64, 128), strict=True)] == [True, True]
     assert {c["peak_memory_gib"] for c in memory} == {None}  # GPU memory only
     serve = checks["serve", None]
-    assert serve["requests"] == 2 and 0 < serve["completion_tokens"] <= 16 and serve["tokens_per_s"] > 0
-    # the work folder (models, datasets) and the server's scratch are gone; tiktoken keeps its cache of the BPE ranks
-    assert {p.name for p in tmp_path.iterdir()} - {"data-gym-cache"} == {"out"}
+    assert serve["requests"] == serve["concurrency"] == 2 and serve["failed"] == 0
+    assert 0 < serve["completion_tokens"] <= 16 and serve["tokens_per_s"] > 0
+    # the work folder (models, datasets) and the server's scratch are gone; tiktoken keeps its cache of the BPE ranks,
+    # torch its inductor cache (torchinductor_<user>, made while serving)
+    left = {p.name for p in tmp_path.iterdir() if not p.name.startswith("torchinductor_")}
+    assert left - {"data-gym-cache"} == {"out"}
+
+
+@pytest.mark.slow
+@needs_qwen
+def test_the_tiny_run_with_packing_liger_checkpointing_and_concurrency_levels(tmp_path: Path) -> None:
+    """The options of the 4B device run (bench/gpu_device_run.sh) on the CPU: packed SFT, `--liger on` where Liger
+    cannot run (an error line, then the same SFT without it), the checkpointed RL update, two concurrency levels."""
+    proc, printed = run_tiny(tmp_path, "--packing", "--batch", "2", "--liger", "on", "--rl-checkpointing", "on",
+                             "--requests", "1,3")
+    assert proc.returncode == 1 and "failed checks: sft" in proc.stderr  # the Liger attempt, reported
+    assert [c["check"] for c in printed] == ["setup", "sft", "sft", "sft", "rl_update", "rl_memory", "rl_memory",
+                                             "serve", "serve"]
+    assert "liger-kernel" in printed[1]["error"]
+    for sft, length in zip(printed[2:4], (96, 160), strict=True):
+        assert sft["packing"] and not sft["liger"] and sft["tokens_per_sample"] == length
+        # two packed rows a step, concatenated: more tokens a step than one sample, from several conversations
+        assert length < sft["tokens_per_step"] <= 2 * length and sft["examples"] >= 2 * 4
+        assert sft["attention_length"] <= length and math.isfinite(sft["final_loss"])
+    assert all(c["gradient_checkpointing"] for c in printed[4:7])
+    assert printed[4]["optimizer_steps"] == 1 and printed[4]["predicted_memory_gib"] is None  # --tiny: no estimate
+    serve = printed[7:]
+    assert [c["concurrency"] for c in serve] == [c["requests"] for c in serve] == [1, 3]
+    assert all(c["failed"] == 0 and c["tokens_per_s"] > 0 for c in serve)
