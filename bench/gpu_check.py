@@ -34,7 +34,7 @@ vocabulary of 151,936 and tied embeddings; then runs, on CUDA when there is one,
    then `rl_memory`, on the same models: one-sample updates at each of `--rl-memory-lengths` tokens (Adam's moments
    already allocated by that update), each one's peak GPU memory beside the estimate's parts: the figures the
    estimate's activation bytes were calibrated on;
-3. `serve`: the first SFT checkpoint (without `sft` in `--checks`: the random base, bf16 on a GPU) served by the
+3. `serve`: the first SFT checkpoint (before any `sft` in `--checks`: the random base, bf16 on a GPU) served by the
    serving seam's transformers server (`gymforge.llm.serving.serve_checkpoint`, a subprocess on the loopback
    interface, `evaluate.serving.max_batch` requests decoded together), one request that warms it up, then for each
    level of `--requests` that many chat requests sent at once, `--new-tokens` tokens each. Reported per level: time
@@ -438,7 +438,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, help="folder for gpu_check.jsonl (the lines printed)")
     parser.add_argument("--size", choices=sorted(SIZES), default="0.6b", help="the Qwen3 shape (random weights)")
     parser.add_argument("--checks", default="sft,rl,serve",
-                        help="which checks, comma-separated (serve alone serves the random base)")
+                        help="which checks, comma-separated, run in this order (rl and serve take the first SFT "
+                        "checkpoint, or the random base before any)")
     parser.add_argument("--lengths", default="4096,16384", help="tokens per SFT sample, comma-separated")
     parser.add_argument("--steps", type=int, default=30, help="SFT optimizer steps per length")
     parser.add_argument("--batch", type=int, default=1, help="SFT samples per step (all cut to the length: no padding)")
@@ -470,7 +471,10 @@ def main(argv: list[str] | None = None) -> int:
         args.new_tokens = 8
         if args.requests == "8":
             args.requests = "2"
-    checks = set(args.checks.split(","))
+    checks = [c for c in args.checks.split(",") if c]
+    unknown = set(checks) - {"sft", "rl", "serve"}
+    if unknown:
+        parser.error(f"unknown checks: {', '.join(sorted(unknown))} (sft, rl, serve)")
     lengths = [int(x) for x in args.lengths.split(",")]
     if args.out is not None:
         args.out.mkdir(parents=True, exist_ok=True)
@@ -490,26 +494,29 @@ def main(argv: list[str] | None = None) -> int:
         base, config, params = build_model(shape, tokenizer, work / "base")
         emit({"check": "setup", **info, "parameters": params, "shape": shape_name,
               "setup_s": round(time.monotonic() - t0, 1)}, args.out)
-        checkpoints = []
-        for length in lengths if "sft" in checks else []:
-            result = guarded("sft", args.out, failures, lambda length=length: sft_check(
-                args, work, base, tokenizer_dir, tokenizer, config, length, info["peak_bf16_flops"]))
-            if result is None and use_liger(args.liger):  # Liger's kernels failed here: the same run without them
-                args.liger = "off"
-                result = guarded("sft", args.out, failures, lambda length=length: sft_check(
-                    args, work, base, tokenizer_dir, tokenizer, config, length, info["peak_bf16_flops"]))
-            if result is not None:
-                emit(result[0], args.out)
-                checkpoints.append(result[1])
-        # the first SFT checkpoint (saved in bf16 on a GPU, as train_rl and serving get it), else the base
-        trained = checkpoints[0] if checkpoints else base
-        if "rl" in checks:
-            for line in guarded("rl_update", args.out, failures, lambda: rl_check(args, trained, tokenizer, params)) or []:
-                emit(line, args.out)
-        free_memory()
-        if "serve" in checks:
-            for line in guarded("serve", args.out, failures, lambda: serve_check(args, trained)) or []:
-                emit(line, args.out)
+        checkpoints: list[Path] = []
+        for check in checks:  # in the order given: `rl` before `sft` updates the random base
+            # the first SFT checkpoint (saved in bf16 on a GPU, as train_rl and serving get it), else the base
+            trained = checkpoints[0] if checkpoints else base
+            free_memory()
+            if check == "sft":
+                for length in lengths:
+                    result = guarded("sft", args.out, failures, lambda length=length: sft_check(
+                        args, work, base, tokenizer_dir, tokenizer, config, length, info["peak_bf16_flops"]))
+                    if result is None and use_liger(args.liger):  # Liger's kernels failed: the same run without
+                        args.liger = "off"
+                        result = guarded("sft", args.out, failures, lambda length=length: sft_check(
+                            args, work, base, tokenizer_dir, tokenizer, config, length, info["peak_bf16_flops"]))
+                    if result is not None:
+                        emit(result[0], args.out)
+                        checkpoints.append(result[1])
+            elif check == "rl":
+                lines = guarded("rl_update", args.out, failures, lambda t=trained: rl_check(args, t, tokenizer, params))
+                for line in lines or []:
+                    emit(line, args.out)
+            elif check == "serve":
+                for line in guarded("serve", args.out, failures, lambda t=trained: serve_check(args, t)) or []:
+                    emit(line, args.out)
     finally:
         if args.keep:
             print(f"work folder kept: {work}", file=sys.stderr)

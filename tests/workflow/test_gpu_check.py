@@ -117,3 +117,24 @@ def test_the_tiny_run_with_packing_liger_checkpointing_and_concurrency_levels(tm
     serve = printed[7:]
     assert [c["concurrency"] for c in serve] == [c["requests"] for c in serve] == [1, 3]
     assert all(c["failed"] == 0 and c["tokens_per_s"] > 0 for c in serve)
+
+
+@pytest.mark.slow
+@needs_qwen
+def test_the_device_run_script_writes_one_file_for_bench_measured(tmp_path: Path) -> None:
+    """bench/gpu_device_run.sh, the prepared device run, on the CPU (`GPU_CHECK_EXTRA=--tiny`, no wheels to install):
+    the environment line, the serving levels of 8 and 32, the RL update before SFT, all in one file with its arguments."""
+    out = tmp_path / "out"
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "TMPDIR": str(tmp_path), "PYTHON": sys.executable,
+           "GPU_CHECK_EXTRA": "--tiny", "WHEELS": str(tmp_path / "no-wheels"), "OUT": str(out)}
+    proc = subprocess.run(["bash", str(ROOT / "bench" / "gpu_device_run.sh")], capture_output=True, text=True,
+                          env=env, timeout=600)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
+    [measured] = out.glob("gpu_check_h200_*.jsonl")
+    lines = [json.loads(line) for line in measured.read_text().splitlines()]
+    assert [c["check"] for c in lines] == ["environment", "setup", "serve", "serve", "setup", "rl_update",
+                                           "rl_memory", "rl_memory", "sft", "sft"]
+    assert lines[0]["installed"] == [] and lines[0]["versions"]["transformers"]
+    assert [c["concurrency"] for c in lines[2:4]] == [8, 32] and all(c["failed"] == 0 for c in lines[2:4])
+    assert lines[5]["gradient_checkpointing"] and all(c["packing"] for c in lines[8:])
+    assert "--size 4b --checks rl,sft" in lines[5]["run_note"] and "--requests 8,32" in lines[2]["run_note"]
