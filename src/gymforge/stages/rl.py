@@ -263,6 +263,8 @@ def _curve_row(iteration: int, scored: list[dict[str, Any]], stats: dict[str, fl
         "mismatch_abs_logprob": round(stats.get("mismatch_abs_logprob", 0.0), 6),
         "mismatch_share_over": round(stats.get("mismatch_share_over", 0.0), 6),
         "mismatch_tokens": int(stats.get("mismatch_tokens", 0)),
+        # samples longer than rl.max_length: their prompt lost its start, their reply trains on an unseen context
+        "samples_truncated": int(stats.get("samples_truncated", 0)),
         "wall_s": round(wall_s, 2),
     }
 
@@ -369,7 +371,7 @@ def _update(cfg: GymforgeConfig, trainer: _Trainer, samples: list[Any], *, itera
                                           dest=iteration_dir(work, iteration + 1), folder=work / "update",
                                           update_seed=update_seed, torch_seed=derive_seed(seed, "rl-torch", iteration),
                                           log_file=log_file)
-        stats["token_paths"] = paths
+        stats["token_paths"], stats["samples_truncated"] = paths, _truncated(samples, rl.max_length)
         return stats
     samples = grpo.prepare(samples, trainer.tokenizer, trainer.policy, trainer.reference, max_length=rl.max_length,
                            template=trainer.template, temperature=rl.temperature,
@@ -378,8 +380,19 @@ def _update(cfg: GymforgeConfig, trainer: _Trainer, samples: list[Any], *, itera
                         clip_eps=rl.clip_eps, kl_coef=rl.kl_coef, max_grad_norm=rl.max_grad_norm,
                         rng=random.Random(update_seed), temperature=rl.temperature, is_cap=rl.is_cap,
                         mismatch_threshold=rl.mismatch_threshold)
-    stats["token_paths"] = grpo.path_counts(samples)
+    stats["token_paths"], stats["samples_truncated"] = grpo.path_counts(samples), _truncated(samples, rl.max_length)
     return stats
+
+
+def _truncated(samples: list[Any], max_length: int) -> int:
+    """How many of an update's samples lost the start of their prompt to `rl.max_length`, with a warning: they train
+    on contexts the policy never saw (`grpo.tokenize`)."""
+    n = grpo.truncated_count(samples)
+    if n:
+        log.warning("%d of %d samples are longer than rl.max_length %d and lose the start of their prompt: their "
+                    "replies train on contexts the policy never saw (raise rl.max_length)", n, len(samples),
+                    max_length)
+    return n
 
 
 def _finish(checkpoint_out: Path, curve_out: Path, final: Path, curve: list[dict[str, Any]],
