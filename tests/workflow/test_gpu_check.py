@@ -3,6 +3,7 @@ here on the CPU with `--tiny`, so the script cannot rot between the runs on a re
 
 from __future__ import annotations
 
+import argparse
 import importlib.util
 import json
 import math
@@ -45,7 +46,7 @@ def test_the_4b_shape_is_qwen3_4b() -> None:
     import torch
     from transformers import Qwen3Config, Qwen3ForCausalLM
 
-    from gymforge.rl.memory import QWEN3
+    from gymforge.rl.memory import QWEN3, update_memory
 
     config = Qwen3Config(vocab_size=bench.QWEN_VOCAB, tie_word_embeddings=True, **bench.QWEN3_4B)
     with torch.device("meta"):
@@ -56,6 +57,12 @@ def test_the_4b_shape_is_qwen3_4b() -> None:
     attention = bench.flops_per_token(config, 16384) - bench.flops_per_token(config, 0)
     assert attention == 6 * 36 * 32 * 128 * 16384
     assert bench.attention_length([100, 100]) == 100 and bench.attention_length([300, 100]) == 250
+    # the RL lines' prediction: gymforge estimate's one-device update of this shape, checkpointed at 4B
+    args = argparse.Namespace(tiny=False, size="4b", rl_checkpointing="auto", rl_reply_tokens=256)
+    predicted = bench.predicted_memory(args, 4096)
+    assert predicted.gradient_checkpointing and predicted == update_memory(
+        QWEN3["4b"], gpus=1, strategy="ddp", gradient_checkpointing=True, max_length=4096, max_new_tokens=256)
+    assert not bench.predicted_memory(argparse.Namespace(**{**vars(args), "size": "0.6b"}), 4096).gradient_checkpointing
 
 
 def run_tiny(tmp_path: Path, *options: str) -> tuple[subprocess.CompletedProcess[str], list[dict[str, Any]]]:
