@@ -35,11 +35,13 @@ The transformers server (`GET /v1/models`, `POST /v1/chat/completions`; `stream:
   (`generate_batch`) is not used: it samples with one generator for the whole batch (no per-request seed), takes
   greedy-or-sampling for the whole manager, and has no stop strings. A model whose KV cache is not plain
   per-layer tensors (sliding-window layers) is batched only between batches: later requests wait for the running
-  batch to end. `/v1/models` and `/health` answer while requests are generating (a ThreadingHTTPServer);
+  batch to end. `/v1/models` and `/health` answer while requests are generating (a ThreadingHTTPServer). The
+  server sets `OMP_WAIT_POLICY=PASSIVE` unless it is set: on a busy CPU, spinning OpenMP threads starved the
+  decoding thread;
 - `max_tokens` (or `max_completion_tokens`) is capped at `serving.max_new_tokens` and at what is left of
-  the model's context window; `temperature` 0 is greedy (the argmax, as `generate` takes it) (the request's temperature, else
+  the model's context window; `temperature` 0 is greedy (the request's temperature, else
   `serving.temperature`); `top_p`/`top_k` are honoured and, when unset, come from the checkpoint's
-  generation config (as vLLM does); `seed` (when given) makes sampling reproducible;
+  generation config (as vLLM does); `seed` (when given) makes sampling reproducible, alone or in a batch;
 - generation stops at the tokenizer's eos, `<|im_end|>`, the generation config's eos ids and the
   request's `stop` strings; `finish_reason` is `stop` for those and `length` when the token cap ended it;
 - `usage` counts prompt tokens (chat template applied, generation prompt included) and generated tokens
@@ -726,6 +728,11 @@ def main(argv: Sequence[str] | None = None) -> None:
                    "temporary log): removed on exit if the --parent-pid process is gone")
     args = p.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    # Before torch loads OpenMP: idle OpenMP threads sleep instead of spinning. The decoding loop runs many small
+    # parallel ops from one long-lived thread; on a CPU shared with sandboxes and agents, spinning team threads
+    # took the cores it needed (a lone 16-token reply of the tiny student: 1.3 s spinning, 0.05 s passive, on 2
+    # oversubscribed cores).
+    os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
     chat = ChatModel(args.checkpoint, args.served_name, max_new_tokens=args.max_new_tokens,
                      default_temperature=args.temperature, device=args.device, dtype=args.dtype,
