@@ -5,6 +5,7 @@ sampling parameters, stop strings and token cap; requests join a running batch b
 from __future__ import annotations
 
 import threading
+import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, Callable
@@ -55,16 +56,21 @@ def body(prompt: str, **kw: Any) -> dict[str, Any]:
     return {"messages": [{"role": "user", "content": prompt}], "return_token_ids": True, **kw}
 
 
-def batch_sizes(chat: ChatModel, monkeypatch: pytest.MonkeyPatch) -> tuple[list[int], threading.Event]:
-    """Record the rows of every decoding step; the event is set once the batch has taken three steps."""
+def batch_sizes(chat: ChatModel, monkeypatch: pytest.MonkeyPatch,
+                waiting: int = 0) -> tuple[list[int], threading.Event]:
+    """Record the rows of every decoding step; the event is set once the batch has taken three steps, and that step
+    ends once `waiting` requests wait to join (so that they join together)."""
     sizes: list[int] = []
     stepped = threading.Event()
     sample = chat._sample
 
     def spy(rows: list[Any], logits: Any) -> Any:
         sizes.append(len(rows))
-        if len(sizes) >= 3:
+        if len(sizes) == 3:
             stepped.set()
+            deadline = time.monotonic() + 30
+            while len(chat._pending) < waiting and time.monotonic() < deadline:
+                time.sleep(0.01)
         return sample(rows, logits)
 
     monkeypatch.setattr(chat, "_sample", spy)
@@ -80,8 +86,12 @@ def concurrently(chat: ChatModel, bodies: list[dict[str, Any]], stepped: threadi
         return [first.result(60), *(f.result(60) for f in rest)]
 
 
-def test_greedy_replies_in_a_batch_are_generates_replies(chat: ChatModel, monkeypatch: pytest.MonkeyPatch) -> None:
+@pytest.mark.parametrize("prefill_tokens", [8192, 30], ids=["batched-prefill", "prefills-of-30-tokens"])
+def test_greedy_replies_in_a_batch_are_generates_replies(chat: ChatModel, monkeypatch: pytest.MonkeyPatch,
+                                                         prefill_tokens: int) -> None:
     import torch
+
+    monkeypatch.setattr(chat, "prefill_tokens", prefill_tokens)  # 30: every prompt (19 tokens or more) alone
 
     bodies = [body(p, temperature=0, max_tokens=12 + 5 * i, logprobs=True) for i, p in enumerate(PROMPTS)]
     expected = []
@@ -93,9 +103,13 @@ def test_greedy_replies_in_a_batch_are_generates_replies(chat: ChatModel, monkey
         new = out.sequences[0, ids.shape[1]:].tolist()
         expected.append((ids.shape[1], new, [float(torch.log_softmax(s[0].float(), -1)[t])
                                              for t, s in zip(new, out.scores, strict=True)]))
-    sizes, stepped = batch_sizes(chat, monkeypatch)
+    sizes, stepped = batch_sizes(chat, monkeypatch, waiting=len(bodies) - 1)
+    prefills: list[int] = []
+    prefill = chat._prefill
+    monkeypatch.setattr(chat, "_prefill", lambda rows: (prefills.append(len(rows)), prefill(rows))[1])
     replies = concurrently(chat, bodies, stepped)
     assert max(sizes) == len(bodies) and sizes[0] == 1  # the later requests joined the first one's batch
+    assert prefills == ([1] * len(bodies) if prefill_tokens == 30 else [1, len(bodies) - 1])
     assert len({n for n, _, _ in expected}) == len(bodies)  # prompts of different lengths
     for (n_prompt, new, logprobs), reply, b in zip(expected, replies, bodies, strict=True):
         choice = reply["choices"][0]
@@ -113,7 +127,7 @@ def test_seeded_sampling_is_the_same_alone_and_in_a_batch(chat: ChatModel, monke
                 {"temperature": 0}, {"temperature": 1.5, "top_p": 0.95, "top_k": 40}]
     bodies = [body(p, seed=100 + i, max_tokens=20, **s) for i, (p, s) in enumerate(zip(PROMPTS, settings, strict=True))]
     alone = [chat.complete(b)["choices"][0]["token_ids"] for b in bodies]
-    sizes, stepped = batch_sizes(chat, monkeypatch)
+    sizes, stepped = batch_sizes(chat, monkeypatch, waiting=len(bodies) - 1)
     batched = [r["choices"][0]["token_ids"] for r in concurrently(chat, bodies, stepped)]
     assert max(sizes) == len(bodies)
     assert batched == alone

@@ -25,7 +25,7 @@ The transformers server (`GET /v1/models`, `POST /v1/chat/completions`; `stream:
 
 - concurrent requests are decoded together (continuous batching, `serving.max_batch` rows at most, `--max-batch`):
   each HTTP thread hands its request to one worker thread, which prefills the waiting prompts (left-padded to
-  one length), merges their KV cache into the running batch's (padding the shorter on the left, masked) and
+  one length, in groups of at most 8,192 padded tokens: a padded prefill's mask grows with the square), merges their KV cache into the running batch's (padding the shorter on the left, masked) and
   samples one token a step for every row, each under its own temperature, top-k, top-p and random generator;
   requests that arrive join between steps, and a row that ends (eos, stop string, token cap) leaves the batch
   and is answered at once. Under greedy decoding a batched reply has the same token ids as the same request
@@ -402,6 +402,7 @@ class ChatModel:
         self._wake = threading.Condition()
         self._worker: threading.Thread | None = None
         self._can_join: bool | None = None  # whether rows may join a running batch (known after the first prefill)
+        self.prefill_tokens = 8192  # padded prompt tokens prefilled in one forward pass at most
 
     def prompt_ids(self, body: dict[str, Any]) -> list[int]:
         messages = body.get("messages")
@@ -507,13 +508,17 @@ class ChatModel:
                     del self._pending[: len(joining)]
             try:
                 with torch.inference_mode():
-                    if joining:
-                        new_batch, new_logits = self._prefill(joining)
+                    for group in self._prefill_groups(joining):
+                        if rows and not self._can_join:  # the first group's cache cannot be merged into
+                            with self._wake:
+                                self._pending[:0] = [row for row in joining if row not in rows]
+                            break
+                        new_batch, new_logits = self._prefill(group)
                         if rows:
                             batch, logits = self._merge(batch, new_batch), torch.cat([logits, new_logits])
                         else:
                             batch, logits = new_batch, new_logits
-                        rows = rows + joining
+                        rows = rows + group
                     tokens = self._sample(rows, logits)
                     keep = [i for i, row in enumerate(rows) if not self._finished(row)]
                     for i, row in enumerate(rows):
@@ -528,10 +533,23 @@ class ChatModel:
                     batch, logits = self._step(rows, batch, tokens)
             except Exception as exc:  # noqa: BLE001 - every waiting request gets the error, the loop goes on
                 log.exception("generation failed for a batch of %d", len(rows) + len(joining))
+                with self._wake:  # rows put back for later are answered with the error too
+                    self._pending = [row for row in self._pending if row not in joining]
                 for row in {*rows, *joining}:
                     row.error = exc
                     row.done.set()
                 rows, batch, logits = [], None, None
+
+    def _prefill_groups(self, rows: list[_Row]) -> list[list[_Row]]:
+        """`rows` in prefill batches of at most `prefill_tokens` padded tokens (a prompt longer than that alone):
+        the attention mask of a padded prefill holds rows x length^2 entries, too many for 32 long agent histories."""
+        groups: list[list[_Row]] = []
+        for row in sorted(rows, key=lambda r: len(r.ids)):
+            if groups and (len(groups[-1]) + 1) * len(row.ids) <= self.prefill_tokens:
+                groups[-1].append(row)
+            else:
+                groups.append([row])
+        return groups
 
     def _prefill(self, rows: list[_Row]) -> tuple[tuple[Any, Any], Any]:
         """Run the prompts of `rows`, left-padded to one length; their KV cache, attention mask and last logits."""
