@@ -29,9 +29,10 @@ The transformers server (`GET /v1/models`, `POST /v1/chat/completions`; `stream:
   samples one token a step for every row, each under its own temperature, top-k, top-p and random generator;
   requests that arrive join between steps, and a row that ends (eos, stop string, token cap) leaves the batch
   and is answered at once. Under greedy decoding a batched reply has the same token ids as the same request
-  alone (`tests/llm/test_serving_batch.py`); a seeded request draws from its own `torch.Generator`, so its
-  reply does not depend on what else is in the batch (up to floating-point rounding of the batched matmuls,
-  which could move a draw that falls on a boundary between two tokens). transformers' own continuous batching
+  alone (`tests/llm/test_serving_batch.py`, float32 on the CPU); a seeded request draws from its own
+  `torch.Generator`, so its reply does not depend on what else is in the batch. Both hold up to floating-point
+  rounding: kernels of another batch shape may round differently (more so in bf16 on a GPU), which can flip a
+  near-tie between two tokens, as in any batching server. transformers' own continuous batching
   (`generate_batch`) is not used: it samples with one generator for the whole batch (no per-request seed), takes
   greedy-or-sampling for the whole manager, and has no stop strings. A model whose KV cache is not plain
   per-layer tensors (sliding-window layers) is batched only between batches: later requests wait for the running
