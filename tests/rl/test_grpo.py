@@ -1,7 +1,7 @@
 """The RL update's samples when a reply and its prompt are longer than `rl.max_length` (`gymforge.rl.grpo.tokenize`):
 the prompt loses its start, the sample is marked truncated, and the sampler's log-probs (taken on the whole context)
 are neither its behaviour policy nor part of the sampler/trainer mismatch (issue #41: at max_length 2,048 the
-offline student's 6-step episodes had 70% of their replies cut and a mismatch of 0.24 that was all truncation)."""
+offline student's 6-step episodes had 61% of their replies cut and a mismatch of 0.24 that was all truncation)."""
 
 from __future__ import annotations
 
