@@ -53,6 +53,7 @@ from gymforge.llm.client import LLMClient
 from gymforge.llm.serving import open_endpoint
 from gymforge.report.rl_plots import plot_curve
 from gymforge.rl import frontier, grpo
+from gymforge.rl.backends import checkpoint_activations
 from gymforge.rl.memory import GiB, advice, params_of, rl_update_memory
 from gymforge.rl import sharded as sharded_update
 from gymforge.rl.backends import checkpoint_files
@@ -201,8 +202,6 @@ def update_models(reference_dir: Path, policy_dir: Path, learning_rate: float,
     `gradient_checkpointing` (rl.gradient_checkpointing): the policy recomputes each decoder layer in the backward."""
     import torch
     from transformers import AutoModelForCausalLM
-
-    from gymforge.rl.backends import checkpoint_activations
 
     device = "cuda" if torch.cuda.is_available() else "cpu"
     dtype = torch.bfloat16 if device == "cuda" and torch.cuda.is_bf16_supported() else torch.float32

@@ -13,6 +13,7 @@ from typing import Any, Callable
 import pytest
 
 from gymforge.core.config import GymforgeConfig
+from gymforge.llm.batching import BatchDecoder
 from gymforge.llm.serving import ChatModel, serve_checkpoint, transformers_command
 from gymforge.student import base as student
 from gymforge.student.tokenizer import train_offline_tokenizer
@@ -62,18 +63,18 @@ def batch_sizes(chat: ChatModel, monkeypatch: pytest.MonkeyPatch,
     ends once `waiting` requests wait to join (so that they join together)."""
     sizes: list[int] = []
     stepped = threading.Event()
-    sample = chat._sample
+    sample = chat.decoder._sample
 
     def spy(rows: list[Any], logits: Any) -> Any:
         sizes.append(len(rows))
         if len(sizes) == 3:
             stepped.set()
             deadline = time.monotonic() + 30
-            while len(chat._pending) < waiting and time.monotonic() < deadline:
+            while len(chat.decoder._pending) < waiting and time.monotonic() < deadline:
                 time.sleep(0.01)
         return sample(rows, logits)
 
-    monkeypatch.setattr(chat, "_sample", spy)
+    monkeypatch.setattr(chat.decoder, "_sample", spy)
     return sizes, stepped
 
 
@@ -91,7 +92,7 @@ def test_greedy_replies_in_a_batch_are_generates_replies(chat: ChatModel, monkey
                                                          prefill_tokens: int) -> None:
     import torch
 
-    monkeypatch.setattr(chat, "prefill_tokens", prefill_tokens)  # 30: every prompt (19 tokens or more) alone
+    monkeypatch.setattr(chat.decoder, "prefill_tokens", prefill_tokens)  # 30: every prompt (19 tokens or more) alone
 
     bodies = [body(p, temperature=0, max_tokens=12 + 5 * i, logprobs=True) for i, p in enumerate(PROMPTS)]
     expected = []
@@ -105,8 +106,8 @@ def test_greedy_replies_in_a_batch_are_generates_replies(chat: ChatModel, monkey
                                              for t, s in zip(new, out.scores, strict=True)]))
     sizes, stepped = batch_sizes(chat, monkeypatch, waiting=len(bodies) - 1)
     prefills: list[int] = []
-    prefill = chat._prefill
-    monkeypatch.setattr(chat, "_prefill", lambda rows: (prefills.append(len(rows)), prefill(rows))[1])
+    prefill = chat.decoder._prefill
+    monkeypatch.setattr(chat.decoder, "_prefill", lambda rows: (prefills.append(len(rows)), prefill(rows))[1])
     replies = concurrently(chat, bodies, stepped)
     assert max(sizes) == len(bodies) and sizes[0] == 1  # the later requests joined the first one's batch
     assert prefills == ([1] * len(bodies) if prefill_tokens == 30 else [1, len(bodies) - 1])
@@ -160,7 +161,7 @@ def test_the_server_gets_its_batch_from_the_config(tmp_path: Path) -> None:
     cmd = transformers_command(cfg.evaluate.serving, "ckpt", "name", tmp_path)
     assert cmd[cmd.index("--max-batch") + 1] == "5"
     with pytest.raises(ValueError, match="max_batch"):
-        ChatModel("unused", "x", max_batch=0)
+        BatchDecoder(None, device="cpu", pad_id=0, eos_ids=[0], max_batch=0, decode=str)
 
 
 @pytest.mark.slow
