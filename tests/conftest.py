@@ -28,19 +28,6 @@ SLURM_CLUSTER_MODULES = ("tests/workflow/test_slurm.py", "tests/workflow/test_sl
                          "tests/workflow/test_rehearsal.py")
 
 
-# The groups that take longest, longest first (wall time, each group on one worker; measured with `--durations` on
-# 2026-11-29): the SLURM cluster's chain (e2e, arrays, the rehearsal: most of it waiting on the cluster), the
-# finished run and the tests that read it, the SmolLM2 post-training tasks, the offline default run. Only the order
-# in which workers pick up groups depends on it; a group missing here starts after these.
-LONG_FIRST = ("slurm_cluster", "finished_run", "smollm2_cache", "tests/workflow/test_pipeline.py", "clean_tasks",
-              "tests/student/test_token_faithful.py", "tests/stages/test_real_student.py",
-              "tests/sandbox/test_unprivileged.py", "docker_backend", "tests/stages/test_verification.py",
-              "tests/offline/test_offline_posttraining_policy.py", "tests/tools/test_cli_anywhere.py",
-              "tests/stages/test_rl.py", "tests/interop/test_interop_verifiers.py", "tests/rl/test_rl_sharded.py",
-              "tests/stages/test_posttraining_suite.py", "tests/tools/test_import_trajectories.py")
-_GROUP = pytest.StashKey[str]()
-
-
 # Tests on the docker backend start a private daemon and a container per sandbox: they are `slow`, so `make test`
 # runs them and `make test-fast` (the edit-test loop) covers the sandbox contract on the local backend alone.
 @pytest.hookimpl(tryfirst=True)  # before xdist's own hook, which turns the marker into the scheduling group, and
@@ -52,14 +39,9 @@ def pytest_collection_modifyitems(config, items):  # before `-m` deselects by ma
             shared = "docker_backend"
         if shared == "docker_backend":
             item.add_marker(pytest.mark.slow)
-        if item.nodeid.split("::")[0] in SLURM_CLUSTER_MODULES:  # before the name match: the rehearsal says docker
+        if shared is None and item.nodeid.split("::")[0] in SLURM_CLUSTER_MODULES:
             shared = "slurm_cluster"
-        group = shared or item.nodeid.split("::")[0]
-        item.add_marker(pytest.mark.xdist_group(group))
-        item.stash[_GROUP] = group
-    # Longest groups first: `make test` hands groups to workers in collection order (--no-loadscope-reorder), so the
-    # long chains start at once and the short modules fill the gaps, instead of a long chain starting last.
-    items.sort(key=lambda item: LONG_FIRST.index(g) if (g := item.stash[_GROUP]) in LONG_FIRST else len(LONG_FIRST))
+        item.add_marker(pytest.mark.xdist_group(shared or item.nodeid.split("::")[0]))
 
 
 @pytest.fixture(scope="session")
