@@ -396,6 +396,7 @@ def test_curve_schema_and_update(student: Path, tmp_path: Path, rule_reads: dict
 
     def collect(policy_dir: Path, iteration: int, plans: list[Any]) -> list[Any]:
         seen_plans.append(plans)
+        time.sleep(0.3)  # the episodes' time, which the curve must put in rollout_s, not in the update's
         return [(p, fake_episode(p.seed, k % 2 == 0), 1.0) for k, p in enumerate(plans)]
 
     view = restrict(cfg, rule_reads["train_rl"]["reads"], step="train_rl")  # as train_rl's Snakemake job reads the config
@@ -408,6 +409,9 @@ def test_curve_schema_and_update(student: Path, tmp_path: Path, rule_reads: dict
                           ("mean_duration_s", float), ("kl", float)):
             assert isinstance(row[key], kind), key
         assert row["episodes"] == 4 and row["valid_share"] == 0.5 and row["samples"] > 0
+        # where the time went: episodes, then the update with its checkpoint, adding up to the iteration's wall time
+        assert row["rollout_s"] >= 0.3 and row["update_s"] > 0
+        assert row["rollout_s"] + row["update_s"] == pytest.approx(row["wall_s"], abs=0.02)
     assert rows[1]["kl"] > 0  # the policy moved away from the reference after the first update
     assert json.loads((tmp_path / "rl" / "curve.json").read_text()) == curve
     # iteration 0 has no previous solution; iteration 1 starts half of its episodes from the best one

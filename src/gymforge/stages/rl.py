@@ -220,7 +220,8 @@ def _mean(xs: list[float]) -> float:
 
 
 def _curve_row(iteration: int, scored: list[dict[str, Any]], stats: dict[str, float], wall_s: float, *,
-               chosen: list[str], groups: int, dropped: list[str], skipped: bool) -> dict[str, Any]:
+               chosen: list[str], groups: int, dropped: list[str], skipped: bool,
+               rollout_s: float = 0.0) -> dict[str, Any]:
     durations = [d for e in scored for d in e["durations"]]
     rewards = [e["reward"] for e in scored]
     by_task: dict[str, list[float]] = {}
@@ -264,6 +265,9 @@ def _curve_row(iteration: int, scored: list[dict[str, Any]], stats: dict[str, fl
         "mismatch_tokens": int(stats.get("mismatch_tokens", 0)),
         # samples longer than rl.max_length: their prompt lost its start, their reply trains on an unseen context
         "samples_truncated": int(stats.get("samples_truncated", 0)),
+        # where the iteration's time went: serving and episodes (scored), then the update and its checkpoint
+        "rollout_s": round(rollout_s, 2),
+        "update_s": round(wall_s - rollout_s, 2),
         "wall_s": round(wall_s, 2),
     }
 
@@ -469,6 +473,7 @@ def run_rl(cfg: GymforgeConfig, sft_checkpoint: Path, tasks: list[Any], checkpoi
         chosen = choose_tasks(cfg, iteration, tasks, state["curve"])
         plans = plan_iteration(cfg, iteration, chosen, state["best"], work / "improve")
         scored, samples = _score_episodes(cfg, collect(policy_dir, iteration, plans), state["best"])
+        rollout_s = time.monotonic() - t0
         weighed = _weigh(cfg, scored, samples)
         skipped = not weighed.kept  # no group left (all dropped, or no episode scored): the checkpoint is carried over
         if skipped:
@@ -479,14 +484,14 @@ def run_rl(cfg: GymforgeConfig, sft_checkpoint: Path, tasks: list[Any], checkpoi
         else:
             stats = _update(cfg, trainer, weighed.samples, iteration=iteration, seed=seed, policy_dir=policy_dir,
                             sft_checkpoint=sft_checkpoint, work=work, log_file=log_file)
+        if not trainer.sharded and not skipped:
+            _save_checkpoint(trainer.policy, trainer.optimizer, sft_checkpoint, iteration_dir(work, iteration + 1))
         row = _curve_row(iteration, scored, stats, time.monotonic() - t0, chosen=[t.slot for t in chosen],
-                         groups=len(weighed.groups), dropped=weighed.dropped, skipped=skipped)
+                         groups=len(weighed.groups), dropped=weighed.dropped, skipped=skipped, rollout_s=rollout_s)
         for e, a in zip(scored, weighed.advantage, strict=True):
             e["advantage"] = round(a, 6)
         atomic.write_json(work / "episodes" / f"iteration_{iteration:04d}.json", scored)
         policy_dir = iteration_dir(work, iteration + 1)
-        if not trainer.sharded and not skipped:
-            _save_checkpoint(trainer.policy, trainer.optimizer, sft_checkpoint, policy_dir)
         state["curve"].append(row)
         state["finished"] = iteration + 1
         tracker.log({**{k: v for k, v in row.items() if k != "iteration"}, **row.get("token_paths", {})},
