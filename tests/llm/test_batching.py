@@ -156,6 +156,24 @@ def test_each_row_ends_on_its_own_cap_and_stop_string(chat: ChatModel, monkeypat
     assert long["usage"]["completion_tokens"] == 25
 
 
+def test_a_late_stop_string_ends_the_row_from_the_replys_tail(chat: ChatModel,
+                                                              monkeypatch: pytest.MonkeyPatch) -> None:
+    """A stop string reached late in a reply ends it as decoding the whole reply would, though each step decodes only
+    the reply's tail (a whole decode per step costs quadratic time in the reply's length)."""
+    greedy = chat.complete(body(PROMPTS[0], temperature=0, max_tokens=40))
+    text, ids = greedy["choices"][0]["message"]["content"], greedy["choices"][0]["token_ids"]
+    with chat.tokenizer_lock:  # the first 2-token piece after the 25th token that is new text there
+        stop = next(s for k in range(25, 40) if (s := chat.tokenizer.decode(ids[k - 2:k]).strip())
+                    and s not in chat.tokenizer.decode(ids[:k - 2]))
+    decoded: list[int] = []
+    decode = chat.decoder.decode
+    monkeypatch.setattr(chat.decoder, "decode", lambda new: decoded.append(len(new)) or decode(new))
+    cut = chat.complete(body(PROMPTS[0], temperature=0, max_tokens=40, stop=[stop]))["choices"][0]
+    assert cut["finish_reason"] == "stop" and cut["message"]["content"] == text[: text.index(stop)]
+    assert len(cut["token_ids"]) >= 24 and cut["token_ids"] == ids[: len(cut["token_ids"])]
+    assert decoded and max(decoded) <= 4 * len(stop) + 4 < len(cut["token_ids"])
+
+
 def test_the_server_gets_its_batch_from_the_config(tmp_path: Path) -> None:
     cfg = GymforgeConfig.model_validate({"evaluate": {"serving": {"max_batch": 5}}})
     cmd = transformers_command(cfg.evaluate.serving, "ckpt", "name", tmp_path)

@@ -238,6 +238,11 @@ class BatchDecoder:
         if row.new[-1] in self.eos_ids or len(row.new) >= row.limit:
             return True
         if row.stops:
-            text = self.decode(row.new)
+            # Only the reply's tail can hold a stop string that this token completed (an earlier one ended the row at
+            # its own step): decoding the whole reply every step would cost quadratic time in its length. A token
+            # decodes to at least one byte and a character takes at most four, so this many tokens cover the longest
+            # stop string.
+            window = 4 * max(len(s) for s in row.stops) + 4
+            text = self.decode(row.new[-window:])
             return any(s in text for s in row.stops)
         return False
