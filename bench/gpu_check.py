@@ -22,7 +22,7 @@ vocabulary of 151,936 and tied embeddings; then runs, on CUDA when there is one,
    peak GPU memory, and MFU: model FLOPs per token times tokens/s over the card's dense bf16 peak. Model FLOPs per
    token are 6 x the matmul parameters (the layers' and the LM head's) plus causal attention, 6 x layers x heads x
    head_dim x the length (half of PaLM's 12 x ... x length, since a causal kernel computes half the score matrix;
-   packed, the token-weighted mean length of the conversations, `attention_length`: attention stays within each);
+   packed, the token-weighted mean length of the conversations, `attention_length`: attention stays within each; both in `gymforge.student.flops`);
    gradient checkpointing's recomputation is not counted, as is usual;
 2. `rl_update`: one policy update of `gymforge.rl.grpo` (what `train_rl` runs on one device:
    `gymforge.stages.rl.update_models` loads the fp32 policy, the bf16 reference and AdamW; `--rl-checkpointing`,
@@ -64,6 +64,8 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "src"))
 
+from gymforge.student.flops import attention_length, flops_per_token, peak_bf16_flops  # noqa: E402
+
 # Qwen/Qwen3-0.6B's config.json (random weights here)
 QWEN3_0_6B = {"hidden_size": 1024, "intermediate_size": 3072, "num_hidden_layers": 28, "num_attention_heads": 16,
               "num_key_value_heads": 8, "head_dim": 128, "rope_theta": 1_000_000.0, "rms_norm_eps": 1e-6,
@@ -77,8 +79,6 @@ TINY = {"hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 2, "nu
         "num_key_value_heads": 2, "head_dim": 16, "rope_theta": 1_000_000.0, "rms_norm_eps": 1e-6,
         "max_position_embeddings": 40960}
 QWEN_VOCAB = 151936
-# Dense bf16 tensor-core peaks (FLOP/s, no sparsity) by the name torch reports
-PEAK_BF16 = {"H200": 989.4e12, "H100": 989.4e12, "A100": 312e12, "L40S": 362e12, "A10": 125e12}
 WORDS = ("the model loss train data epoch accuracy batch import torch def return value score baseline submission "
          "validate features target column rows mean std split test evaluate learning rate optimizer step print "
          "pandas numpy csv file path results metric improve ensemble gradient boosting tree depth").split()
@@ -100,7 +100,7 @@ def device_info() -> dict[str, Any]:
     if not torch.cuda.is_available():
         return {"device": "cpu", "peak_bf16_flops": None}
     name = torch.cuda.get_device_name(0)
-    peak = next((v for k, v in PEAK_BF16.items() if k in name), None)
+    peak = peak_bf16_flops(name)
     return {"device": name, "peak_bf16_flops": peak, "torch": torch.__version__, "cuda": torch.version.cuda,
             "memory_gib": round(torch.cuda.get_device_properties(0).total_memory / 2**30, 1)}
 
@@ -123,15 +123,6 @@ def build_model(shape: dict[str, Any], tokenizer: Any, out: Path) -> tuple[Path,
     params = sum(p.numel() for p in model.parameters())
     del model
     return out, config, params
-
-
-def flops_per_token(config: Any, length: int) -> float:
-    """Model FLOPs per trained token (module docstring): 6 x matmul parameters + causal attention."""
-    h, L = config.hidden_size, config.num_hidden_layers
-    q, kv = config.num_attention_heads * config.head_dim, config.num_key_value_heads * config.head_dim
-    per_layer = h * q + 2 * h * kv + q * h + 3 * h * config.intermediate_size
-    matmul_params = L * per_layer + h * config.vocab_size
-    return 6 * matmul_params + 6 * L * q * length
 
 
 def conversation(rng: random.Random, tokenizer: Any, target: int) -> list[dict[str, str]]:
@@ -174,12 +165,6 @@ def sft_dataset(rng: random.Random, tokenizer: Any, length: int, rows: int, out:
             lengths.append(min(count_chat_tokens(tokenizer, messages), length))
     datasets.Dataset.from_dict({"messages": data}).save_to_disk(str(out))
     return out, lengths
-
-
-def attention_length(lengths: list[int]) -> float:
-    """The length that gives the causal attention FLOPs of these conversations per token: each token attends within
-    its own conversation, so the token-weighted mean length (sum of n^2 over sum of n)."""
-    return sum(n * n for n in lengths) / sum(lengths)
 
 
 def use_liger(choice: str) -> bool:

@@ -52,6 +52,7 @@ def test_sft_logs_every_step_to_trackio(tmp_path: Path, monkeypatch: pytest.Monk
     from gymforge.student.tokenizer import train_offline_tokenizer
 
     monkeypatch.setenv("GYMFORGE_TRACKING", "trackio")
+    monkeypatch.setattr(training.flops, "device_peak_flops", lambda device=None: 1e12)  # as if on a listed GPU
     texts = [SYSTEM, REPLY, *(user(t) for t in TASKS)]
     train_offline_tokenizer(texts, vocab_size=400).save_pretrained(str(tmp_path / "tokenizer"))
     cfg = make_cfg().model_copy(update={"results_dir": str(tmp_path / "results")})
@@ -64,6 +65,16 @@ def test_sft_logs_every_step_to_trackio(tmp_path: Path, monkeypatch: pytest.Monk
     assert [s["step"] for s in steps] == [m["step"] for m in metrics] and len(steps) == report.steps
     assert [s["loss"] for s in steps] == pytest.approx([m["loss"] for m in metrics])
     assert all(s["tokens_per_s"] > 0 for s in steps[1:]) and "learning_rate" in steps[0]
+    # mfu = the model's FLOPs per token (attention at a length within the examples') x tokens/s / the peak
+    from transformers import AutoConfig
+
+    from gymforge.student.flops import flops_per_token
+
+    config = AutoConfig.from_pretrained(tmp_path / "base")
+    per_token = [s["mfu"] * 1e12 / s["tokens_per_s"] for s in steps[1:]]
+    assert "mfu" not in steps[0] and per_token
+    assert per_token == pytest.approx([per_token[0]] * len(per_token))
+    assert flops_per_token(config, 1) < per_token[0] <= flops_per_token(config, cfg.train.max_length)
 
 
 def test_rl_logs_every_iteration_to_trackio(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -90,3 +101,38 @@ def test_rl_logs_every_iteration_to_trackio(tmp_path: Path, monkeypatch: pytest.
     for s, row in zip(steps, curve["iterations"], strict=True):
         assert s["mean_reward"] == pytest.approx(row["mean_reward"]) and s["kl"] == pytest.approx(row["kl"])
         assert s["mismatch_abs_logprob"] == row["mismatch_abs_logprob"] and s["retokenized"] == row["samples"]
+
+
+class _Recorder(tracking.Tracker):
+    def __init__(self) -> None:
+        self.rows: list[dict[str, Any]] = []
+
+    def log(self, metrics: dict[str, Any], step: int) -> None:
+        self.rows.append(dict(metrics))
+
+
+def _drive(callback: Any, recorder: _Recorder, monkeypatch: pytest.MonkeyPatch) -> list[dict[str, Any]]:
+    """Two logged steps, 1,000 tokens 2 s apart on a fake clock, as the Trainer calls the callback."""
+    import time
+    from types import SimpleNamespace
+
+    clock = iter([10.0, 12.0])
+    callback.on_train_begin(None, None, None)
+    with monkeypatch.context() as m:
+        m.setattr(time, "monotonic", lambda: next(clock))
+        for step, tokens in ((1, 500), (2, 1500)):
+            state = SimpleNamespace(is_world_process_zero=True, global_step=step)
+            callback.on_log(None, state, None, logs={"loss": 1.0, "num_tokens": tokens})
+    return recorder.rows
+
+
+def test_sft_callback_logs_mfu_only_with_a_known_peak(monkeypatch: pytest.MonkeyPatch) -> None:
+    recorder = _Recorder()
+    callback = tracking.trainer_callback(recorder, flops_per_token=6e9, peak_flops=1e15)
+    first, second = _drive(callback, recorder, monkeypatch)
+    assert "mfu" not in first and second["tokens_per_s"] == 500.0
+    assert second["mfu"] == pytest.approx(6e9 * 500.0 / 1e15)
+    recorder = _Recorder()  # a CPU or an unlisted GPU: no peak, no mfu key at all
+    callback = tracking.trainer_callback(recorder, flops_per_token=6e9, peak_flops=None)
+    rows = _drive(callback, recorder, monkeypatch)
+    assert rows[1]["tokens_per_s"] == 500.0 and all("mfu" not in row for row in rows)

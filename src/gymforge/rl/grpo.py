@@ -308,7 +308,8 @@ def mismatch_stats(abs_sum: float, over: float, tokens: float) -> dict[str, floa
 def update(policy: Any, optimizer: Any, samples: list[ActionSample], *, epochs: int, minibatches: int,
            clip_eps: float, kl_coef: float, max_grad_norm: float, rng: random.Random,
            temperature: float = 1.0, is_cap: float = 2.0, mismatch_threshold: float = 0.1) -> dict[str, float]:
-    """Clipped policy-gradient steps over prepared samples; returns mean loss, KL and clipped share, and the
+    """Clipped policy-gradient steps over prepared samples; returns mean loss, KL and clipped share, the tokens the
+    forward and backward passes took (`update_tokens`: every sample's length, once per epoch), and the
     sampler/trainer mismatch of the sampled-path samples (`mismatch_stats`, taken before the first step)."""
     import torch
 
@@ -316,9 +317,9 @@ def update(policy: Any, optimizer: Any, samples: list[ActionSample], *, epochs: 
     count = 0
     gap = [0.0, 0.0, 0.0]  # |delta log-prob| sum, tokens over the threshold, tokens
     if not samples:
-        return {**totals, "samples": 0, "optimizer_steps": 0, **mismatch_stats(*gap)}
+        return {**totals, "samples": 0, "optimizer_steps": 0, "update_tokens": 0, **mismatch_stats(*gap)}
     seen: set[int] = set()
-    steps = 0
+    steps = tokens = 0
     policy.train()
     for _ in range(epochs):
         order = list(range(len(samples)))
@@ -330,6 +331,7 @@ def update(policy: Any, optimizer: Any, samples: list[ActionSample], *, epochs: 
             optimizer.zero_grad(set_to_none=True)
             for s in batch:
                 new_lp = token_logprobs(policy, s.input_ids, temperature, s.start)
+                tokens += len(s.input_ids)
                 mask = torch.tensor(s.mask[1:][s.start:], device=new_lp.device)
                 old_lp = new_lp.detach() if s.old_logprobs is None else s.old_logprobs
                 sampler = None
@@ -350,5 +352,5 @@ def update(policy: Any, optimizer: Any, samples: list[ActionSample], *, epochs: 
             optimizer.step()
             steps += 1
     policy.eval()
-    return ({k: v / count for k, v in totals.items()} | {"samples": len(samples), "optimizer_steps": steps}
-            | mismatch_stats(*gap))
+    return ({k: v / count for k, v in totals.items()}
+            | {"samples": len(samples), "optimizer_steps": steps, "update_tokens": tokens} | mismatch_stats(*gap))

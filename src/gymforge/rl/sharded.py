@@ -276,7 +276,7 @@ def sharded_update(backend: Backend, policy: Any, optimizer: Any, samples: list[
                    temperature: float = 1.0, is_cap: float = 2.0, mismatch_threshold: float = 0.1) -> dict[str, float]:
     """`grpo.update` with each minibatch dealt over the ranks (module docstring); the same statistics."""
     if not samples:
-        return {"loss": 0.0, "kl": 0.0, "clipped": 0.0, "samples": 0, "optimizer_steps": 0,
+        return {"loss": 0.0, "kl": 0.0, "clipped": 0.0, "samples": 0, "optimizer_steps": 0, "update_tokens": 0,
                 **mismatch_stats(0.0, 0.0, 0.0)}
     totals = [0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0]  # loss, kl, clipped, count, |delta log-prob|, over, tokens
     seen: set[int] = set()
@@ -315,7 +315,8 @@ def sharded_update(backend: Backend, policy: Any, optimizer: Any, samples: list[
     loss, kl, clipped, count, gap, over, tokens = backend.sum(totals)
     count = max(count, 1.0)
     return {"loss": loss / count, "kl": kl / count, "clipped": clipped / count, "samples": len(samples),
-            "optimizer_steps": steps, **mismatch_stats(gap, over, tokens)}
+            "optimizer_steps": steps, "update_tokens": sum(lengths) * epochs,  # each sample once an epoch, no padding
+            **mismatch_stats(gap, over, tokens)}
 
 
 def run_job(job_file: str | Path) -> dict[str, float]:

@@ -124,9 +124,13 @@ def read_steps(store: Path, project: str, name: str) -> list[dict[str, Any]]:
     return _trackio_at(Path(store)).SQLiteStorage.get_logs(project, name)
 
 
-def trainer_callback(tracker: Tracker) -> Any:
+def trainer_callback(tracker: Tracker, *, flops_per_token: float | None = None,
+                     peak_flops: float | None = None) -> Any:
     """A `transformers.TrainerCallback` that logs each logged training step to `tracker`: the loss, learning rate,
-    gradient norm, token accuracy, tokens so far and tokens/s since the previous logged step."""
+    gradient norm, token accuracy, tokens so far and tokens/s since the previous logged step. Given the model FLOPs
+    per trained token and the total peak FLOP/s of the devices training (`gymforge.student.flops`), a step with
+    tokens/s also logs `mfu`, flops_per_token x tokens_per_s / peak_flops; without either (a CPU, an unlisted GPU),
+    no `mfu`."""
     import time
 
     from transformers import TrainerCallback
@@ -145,6 +149,8 @@ def trainer_callback(tracker: Tracker) -> Any:
                 row["tokens"] = tokens
                 if self.last is not None and now > self.last[0]:
                     row["tokens_per_s"] = (float(tokens) - self.last[1]) / (now - self.last[0])
+                    if flops_per_token and peak_flops:
+                        row["mfu"] = flops_per_token * row["tokens_per_s"] / peak_flops
                 self.last = (now, float(tokens))
             tracker.log(row, step=int(state.global_step))
 

@@ -59,6 +59,7 @@ from gymforge.rl import sharded as sharded_update
 from gymforge.rl.backends import checkpoint_files
 from gymforge.rl.rollouts import EpisodePlan, improve_variant, load_task, run_episodes, solution_actions
 from gymforge.stages.evaluation import checkpoint_tag
+from gymforge.student import flops
 from gymforge.tasks.episode import EpisodeRunner
 
 log = logging.getLogger("gymforge.rl")
@@ -232,7 +233,8 @@ def _curve_row(iteration: int, scored: list[dict[str, Any]], stats: dict[str, fl
     milestones = {}
     for name in ("ran_code", "artefact", "evaluated", "beat_baseline"):
         milestones[name] = round(sum(e["milestones"][name] for e in scored) / max(len(scored), 1), 4)
-    return {
+    update_s, update_tokens = wall_s - rollout_s, int(stats.get("update_tokens", 0))
+    row = {
         "iteration": iteration,
         "mean_reward": round(_mean(rewards), 6),
         "valid_share": round(_mean([1.0 if e["valid"] else 0.0 for e in scored]), 4),
@@ -267,9 +269,16 @@ def _curve_row(iteration: int, scored: list[dict[str, Any]], stats: dict[str, fl
         "samples_truncated": int(stats.get("samples_truncated", 0)),
         # where the iteration's time went: serving and episodes (scored), then the update and its checkpoint
         "rollout_s": round(rollout_s, 2),
-        "update_s": round(wall_s - rollout_s, 2),
+        "update_s": round(update_s, 2),
         "wall_s": round(wall_s, 2),
+        # the update's throughput: tokens its forward and backward passes took (each sample once an epoch) over update_s
+        "update_tokens": update_tokens,
+        "update_tokens_per_s": round(update_tokens / update_s, 1) if update_s > 0 else 0.0,
     }
+    # model FLOPs utilisation over update_s, only where the update ran on one CUDA GPU with a known peak (`_update`)
+    if stats.get("update_flops") and stats.get("peak_flops") and update_s > 0:
+        row["mfu"] = round(stats["update_flops"] / update_s / stats["peak_flops"], 4)
+    return row
 
 
 def write_curve(path: Path, rows: list[dict[str, Any]], meta: dict[str, Any]) -> None:
@@ -384,7 +393,23 @@ def _update(cfg: GymforgeConfig, trainer: _Trainer, samples: list[Any], *, itera
                         rng=random.Random(update_seed), temperature=rl.temperature, is_cap=rl.is_cap,
                         mismatch_threshold=rl.mismatch_threshold)
     stats["token_paths"], stats["samples_truncated"] = grpo.path_counts(samples), _truncated(samples, rl.max_length)
+    stats.update(_update_flops(trainer.policy, samples, stats.get("update_tokens", 0)))
     return stats
+
+
+def _update_flops(policy: Any, samples: list[Any], tokens: int) -> dict[str, float]:
+    """The one-device update's model FLOPs (`gymforge.student.flops`: its tokens x FLOPs per token, attention at the
+    samples' token-weighted mean length) and the peak FLOP/s of the GPU it ran on; nothing where that peak is not
+    known (a CPU, an unlisted GPU): no made-up MFU."""
+    peak = flops.device_peak_flops(next(policy.parameters()).device)
+    lengths = [len(s.input_ids) for s in samples]
+    if not peak or not tokens or not lengths:
+        return {}
+    try:
+        per_token = flops.flops_per_token(policy.config, flops.attention_length(lengths))
+    except (AttributeError, TypeError):  # a config without a decoder's shape
+        return {}
+    return {"update_flops": per_token * tokens, "peak_flops": peak}
 
 
 def _truncated(samples: list[Any], max_length: int) -> int:

@@ -89,7 +89,7 @@ from gymforge.runtime import tracking
 from gymforge.core.config import GymforgeConfig
 from gymforge.runtime.launch import accelerate_launch
 from gymforge.hub.data import quiet_datasets
-from gymforge.student import resume
+from gymforge.student import flops, resume
 from gymforge.student.base import build_base, train_seed
 from gymforge.runtime.cpus import cpu_threads
 from gymforge.student.cpu_training import compact_lm_head, prepare_cpu_process, set_cpu_threads
@@ -598,6 +598,28 @@ def _save_weights(cfg: GymforgeConfig, trainer: Any, state: Any, base: str, tmp:
         save_in_dtype(tmp, "bfloat16")  # trained over fp32 masters, saved as computed (what vLLM's `auto` serves)
 
 
+def _mfu_terms(trainer: Any, world_size: int) -> tuple[float | None, float | None]:
+    """What the tracker's `mfu` needs (`gymforge.student.flops`): the model FLOPs per trained token, attention at the
+    token-weighted mean length of the examples as tokenized (packed: of the examples in each row), and the peak FLOP/s
+    of the devices training (one device's by its name x `world_size`); None for what is not known (a CPU, an
+    unlisted GPU, a model config without a decoder's shape)."""
+    import pyarrow.compute as pc
+
+    peak = flops.device_peak_flops(trainer.args.device)
+    ds = trainer.train_dataset.with_format("arrow")
+    if "seq_lengths" in ds.column_names:
+        lengths = pc.list_flatten(ds["seq_lengths"]).to_pylist()
+    else:
+        lengths = pc.list_value_length(ds["input_ids"]).to_pylist()
+    model = trainer.model
+    config = model.get_base_model().config if hasattr(model, "get_base_model") else model.config
+    try:
+        fpt = flops.flops_per_token(config, flops.attention_length(lengths))
+    except (AttributeError, TypeError, ZeroDivisionError):
+        fpt = None
+    return fpt, peak * world_size if peak else None
+
+
 def _train_into(cfg: GymforgeConfig, dataset_dir: str | Path, base: str, tokenizer_dir: str | Path, tmp: Path,
                 args: Any, t0: float, extra_callbacks: Iterable[Any], key: str,
                 checkpoint: Path | None) -> TrainReport:
@@ -613,12 +635,13 @@ def _train_into(cfg: GymforgeConfig, dataset_dir: str | Path, base: str, tokeniz
     tracker = tracking.open_tracker(cfg, name=f"sft-{cfg.train.name}-seed{train_seed(cfg)}", kind="sft",
                                     config=cfg.train.model_dump(mode="json")) if state.is_main_process \
         else tracking.Tracker()
-    callbacks.append(tracking.trainer_callback(tracker))
     t = cfg.train
     if t.save_steps or t.save_minutes:
         callbacks.append(resume.checkpoint_callback(Path(args.output_dir), key, t.save_total_limit, t.save_minutes,
                                                     lambda: metrics.rows))
     trainer = build_trainer(cfg, dataset, base, tokenizer_dir, tmp, callbacks=callbacks, args=args)
+    fpt, peak = _mfu_terms(trainer, state.num_processes) if state.is_main_process else (None, None)
+    trainer.add_callback(tracking.trainer_callback(tracker, flops_per_token=fpt, peak_flops=peak))
     tokenizer = trainer.processing_class
     precision = resolve_precision(cfg.train.precision)
     resumed_tokens = 0
