@@ -134,10 +134,17 @@ def training_template(tokenizer: Any, student: str) -> str | None:
     return "rendered"
 
 
-def tokenize_sample(tokenizer: Any, request: list[dict[str, str]], response: str, max_length: int,
+def cut(ids: list[int], mask: list[int], max_length: int | None) -> tuple[list[int], list[int]]:
+    """A sample over `max_length` tokens loses the start of its prompt (then of its reply); None keeps it whole."""
+    if max_length is None or len(ids) <= max_length:
+        return ids, mask
+    return ids[-max_length:], mask[-max_length:]
+
+
+def tokenize_sample(tokenizer: Any, request: list[dict[str, str]], response: str, max_length: int | None,
                     template: str | None = None) -> tuple[list[int], list[int]]:
     """(input ids, mask) of request + reply: the mask covers the reply's tokens only (the SFT assistant mask,
-    restricted to the last assistant turn). Over-long samples lose the start of the prompt."""
+    restricted to the last assistant turn). Over-long samples lose the start of the prompt (`cut`)."""
     messages = [*request, {"role": "assistant", "content": response}]
     if template == "rendered":
         full = tokenize_with_assistant_mask(tokenizer, messages)
@@ -151,20 +158,15 @@ def tokenize_sample(tokenizer: Any, request: list[dict[str, str]], response: str
                                                **kwargs)
         start = len(prompt["input_ids"])
     ids, assistant = list(full["input_ids"]), list(full["assistant_masks"])
-    mask = [a if i >= start else 0 for i, a in enumerate(assistant)]
-    if len(ids) > max_length:
-        ids, mask = ids[-max_length:], mask[-max_length:]
-    return ids, mask
+    return cut(ids, [a if i >= start else 0 for i, a in enumerate(assistant)], max_length)
 
 
 def sampled_sample(sampled: Sampled, max_length: int) -> tuple[list[int], list[int], list[float]]:
     """(input ids, mask, sampler log-probs) of a reply with its sampled tokens: the prompt's ids then the reply's, the
     mask on the reply's; over-long samples lose the start of the prompt (then of the reply). The log-probs are the
     sampler's for ids[reply_start(mask) + 1:], the positions the loss reads."""
-    ids = [*sampled.prompt_ids, *sampled.ids]
-    mask = [0] * len(sampled.prompt_ids) + [1] * len(sampled.ids)
-    if len(ids) > max_length:
-        ids, mask = ids[-max_length:], mask[-max_length:]
+    ids, mask = cut([*sampled.prompt_ids, *sampled.ids], [0] * len(sampled.prompt_ids) + [1] * len(sampled.ids),
+                    max_length)
     if sum(mask[1:]) == 0:
         return ids, mask, []
     scored = len(ids) - reply_start(mask) - 1  # every position after the start is a reply token
@@ -185,9 +187,9 @@ def tokenize(sample: ActionSample, tokenizer: Any, max_length: int, template: st
         if sample.truncated:  # the sampler's log-probs are of the whole context: no importance weight, no mismatch
             sample.sampler_logprobs = None
     else:
-        ids, mask = tokenize_sample(tokenizer, sample.request, sample.response, math.inf, template)  # type: ignore[arg-type]
-        sample.truncated = len(ids) > max_length  # cut as tokenize_sample cuts
-        sample.input_ids, sample.mask = ids[-max_length:], mask[-max_length:]
+        ids, mask = tokenize_sample(tokenizer, sample.request, sample.response, None, template)
+        sample.truncated = len(ids) > max_length
+        sample.input_ids, sample.mask = cut(ids, mask, max_length)
         sample.sampler_logprobs, sample.path = None, "retokenized"
     return sample
 
