@@ -10,7 +10,8 @@ For each seed: `snakemake --cores N rl --configfile config.yaml <config> --confi
 checkout (or `--directory`), which trains the SFT student of that results directory on the configuration's micro
 task (building the micro task and the student first when they are missing: a fresh checkout runs the whole offline
 chain once, ~18 min on 2 cores); `rl.seed` changes the RL run's fingerprint, so every seed starts over from the SFT
-checkpoint. Its `curve.json`, its episodes (`.work/episodes/`) and wall time are copied to `<out>/seed_<seed>/`.
+checkpoint. Its `curve.json`, its episodes (`.work/episodes/`), their trajectories and wall time are copied to
+`<out>/seed_<seed>/`.
 The configuration's own `rl.seed` runs last, so that the RL checkpoint left in `results/rl/` is the one that
 `snakemake --configfile config.yaml <config> scores` scores (with `student-rl` in `evaluate.models`).
 
@@ -106,6 +107,9 @@ def run_seed(directory: Path, configfile: str, seed: int, cores: int, extra: lis
     episodes = results / STUDENT_CURVE.format(student=student).replace("curve.json", ".work/episodes")
     shutil.rmtree(dest / "episodes", ignore_errors=True)
     shutil.copytree(episodes, dest / "episodes")  # every episode's reward, exit status and steps
+    # and its trajectory, with the sampled token ids the update trained on (bench/rl_update_cost.py replays them)
+    shutil.rmtree(dest / "trajectories", ignore_errors=True)
+    shutil.copytree(episodes.parent / "trajectories", dest / "trajectories")
     (dest / "run.json").write_text(json.dumps({"seed": seed, "cores": cores, "wall_s": round(wall, 1),
                                                "command": cmd}, indent=2))
     return curve
