@@ -57,9 +57,15 @@ def test_counts_follow_the_config_arithmetic() -> None:
     assert r["plan"]["shards"] == pytest.approx(verified * 3)  # ceil(10 / 4)
     assert r["plan"]["eval_runs"] == 3 * 5 * 3  # 3 models x 5 built-in tasks x 3 runs
     assert r["plan"]["kept_trajectories"] == pytest.approx(verified * 10 * DEFAULTS["kept_per_rollout"].value)
-    # shard GPU-hours: gpus x waves x rollout wall; none when shards declare no GPU
-    assert stage(r, "trajectories")["gpu_hours"] > 0
-    no_gpu = estimate(cfg_with(topics={"n": 1000, "batch_size": 20}, trajectories={"per_task": 10, "shard_size": 4}))
+    # shard GPU-hours: gpus x waves x rollout wall for GPU tasks (post-training on a GPU base); none when shards
+    # declare no GPU
+    gpu_tasks = {"topics": {"n": 1000, "batch_size": 20, "kind": "post_training"},
+                 "post_training": {"base_model": "Qwen/Qwen3-0.6B-Base"}}
+    one = estimate(cfg_with(**gpu_tasks, trajectories={"per_task": 10, "shard_size": 4, "concurrency": 2, "gpus": 1}))
+    two = estimate(cfg_with(**gpu_tasks, trajectories={"per_task": 10, "shard_size": 4, "concurrency": 2, "gpus": 2}))
+    assert stage(one, "trajectories")["gpu_hours"] > 0
+    assert stage(two, "trajectories")["gpu_hours"] == pytest.approx(2 * stage(one, "trajectories")["gpu_hours"])
+    no_gpu = estimate(cfg_with(**gpu_tasks, trajectories={"per_task": 10, "shard_size": 4}))
     assert stage(no_gpu, "trajectories")["gpu_hours"] == 0
 
 
@@ -157,12 +163,37 @@ def test_paper_scale_estimate_is_fast_and_arithmetic(tmp_path: Path) -> None:
     assert r["plan"]["topic_batches"] == 50
     assert r["plan"]["rollouts"] == pytest.approx(verified * 256) and r["plan"]["shards"] == pytest.approx(verified)
     assert r["plan"]["eval_runs"] == 4 * 13 * 64  # teacher, student-base, student-sft, student-rl
-    assert stage(r, "training")["gpu_hours"] > 0 and stage(r, "trajectories")["gpu_hours"] > 0
-    assert stage(r, "evaluate")["gpu_hours"] > 0  # the two served students, 1 GPU per job
+    assert stage(r, "training")["gpu_hours"] > 0 and stage(r, "evaluate")["gpu_hours"] > 0  # 2 served students
+    # paper-scale's generated tasks are research tasks, whose shards ask for no GPU (CPU tasks)
+    assert r["plan"]["shard_gpus"] == 0 and stage(r, "trajectories")["gpu_hours"] == 0
     assert math.isfinite(r["totals"]["cost_usd"]) and r["totals"]["cost_usd"] > 0
     text = subprocess.run([sys.executable, "-m", "gymforge", "estimate", "--configfile", str(PAPER)],
                           cwd=tmp_path, capture_output=True, text=True, timeout=60).stdout
     assert "trajectories" in text and "GPU-h" in text and "total" in text
+
+
+def test_shard_gpu_hours_follow_whether_the_tasks_code_needs_a_gpu() -> None:
+    """A shard asks for trajectories.gpus only for a task whose code needs a GPU (runtime.resources.needs_gpu): the
+    estimate counts GPU-hours for those shards and none for CPU tasks' shards, saying which it assumed."""
+    shards = {"per_task": 8, "shard_size": 4, "gpus": 1}
+
+    def shard_gpu_hours(**sections) -> tuple[float, str]:
+        r = estimate(cfg_with(topics={"n": 100, **sections.pop("topics", {})}, trajectories=shards, **sections))
+        return stage(r, "trajectories")["gpu_hours"], stage(r, "trajectories")["note"]
+
+    research, note = shard_gpu_hours()  # CSV / model / Python submissions: CPU tasks
+    assert research == 0 and "CPU tasks" in note and "shard job-hours on CPU nodes" in note
+    cpu_base, note = shard_gpu_hours(topics={"kind": "post_training"})  # each task's own base: the CPU build
+    assert cpu_base == 0 and "smollm2-135m" in note
+    overridden, _ = shard_gpu_hours(topics={"kind": "post_training"}, post_training={"base_model": "smollm2-135m"})
+    assert overridden == 0
+    gpu_base, note = shard_gpu_hours(topics={"kind": "post_training"},
+                                     post_training={"base_model": "Qwen/Qwen3-0.6B-Base"})
+    assert gpu_base > 0 and "GPU tasks" in note and "Qwen/Qwen3-0.6B-Base" in note
+    # the same shards, the same wall: only the GPU request differs
+    r = estimate(cfg_with(topics={"n": 100, "kind": "post_training"}, trajectories=shards,
+                          post_training={"base_model": "Qwen/Qwen3-0.6B-Base"}))
+    assert r["plan"]["shard_gpus"] == 1 and r["plan"]["shards"] == pytest.approx(100 * 0.5 * 2)
 
 
 def test_request_examples_train_every_request_and_auto_follows_the_longest_trajectory() -> None:

@@ -31,6 +31,9 @@ ARTEFACTS = {
     "PythonSubmissionTasks": ("Python module that the evaluation imports", ""),
     "LMSubmissionTasks": ("language-model checkpoint, evaluated with torchrun", ""),
 }
+# The entrypoints the teacher may give a task: never LMSubmissionTasks (a CUDA-only torchrun task), so a generated
+# task's code needs a GPU only when it post-trains a GPU base (gymforge.runtime.resources.needs_gpu).
+TEACHER_ENTRYPOINTS = ENTRYPOINTS[:3]
 
 
 class GenerationFailed(Exception):
@@ -94,7 +97,7 @@ def draft_configs(cfg: GymforgeConfig, slot: str, proposal: ProposalRecord, *, v
         {"role": "system", "content": render("system_teacher")},
         {"role": "user", "content": render(
             "write_configs", proposal_json=json.dumps(payload, indent=2), has_dataset=dataset is not None,
-            local_data=bool(dataset and dataset.get("is_local")), entrypoints=ENTRYPOINTS[:3],
+            local_data=bool(dataset and dataset.get("is_local")), entrypoints=TEACHER_ENTRYPOINTS,
             metric=proposal.proposal.metric)},
     ]
     if previous is not None:

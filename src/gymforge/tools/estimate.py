@@ -1,8 +1,8 @@
 """`gymforge estimate`: what a config will cost before anything runs.
 
 Per stage it projects LLM calls, prompt, completion and reasoning tokens, cost (at the config's prices), GPU-hours
-(what the jobs declare: rollout shards x `trajectories.gpus` x shard wall, training, served models in evaluation)
-and CPU-hours of the jobs that run task code in the sandbox. Counts come from the config by arithmetic (the same
+(what the jobs declare: rollout shards x `trajectories.gpus` x shard wall when the tasks' code needs a GPU, training,
+served models in evaluation) and CPU-hours of the jobs that run task code in the sandbox. Counts come from the config by arithmetic (the same
 formulas the Snakefile uses: ceil(n / batch_size) topic batches, ceil(per_task / shard_size) shards per task,
 models x tasks x runs_per_task evaluation runs), never from a Snakemake DAG, so a paper-scale plan (hundreds of
 thousands of jobs) is priced in well under a second.
@@ -22,6 +22,14 @@ Reasoning tokens: a reasoning teacher (OpenAI's o-series and GPT-5 class, by the
 `reasoning_effort` or its model's name) writes hidden tokens that are billed as output tokens. Every teacher call's
 visible completion tokens are multiplied by `reasoning_per_completion` (hidden per visible token; from the pilot's
 ledger, else MLGym's o-series runs; `--reasoning-ratio` sets it, 0 prices none).
+
+GPU tasks: a rollout shard asks for `trajectories.gpus` only when its task's code needs a GPU
+(`gymforge.runtime.resources.needs_gpu`, the rule the shard's `resources:` apply). Tasks do not exist yet, so the
+estimate applies that rule to the tasks the config can generate (`task_gpus`): the entrypoints the teacher is offered
+(`gymforge.stages.generation.TEACHER_ENTRYPOINTS`, never LMSubmissionTasks) and, for `topics.kind: post_training`,
+`post_training.base_model` or else a task spec's default base (the CPU build; the teacher is not asked to pick one).
+Research tasks and post-training tasks on the CPU base thus get no shard GPU-hours; post-training tasks on a GPU base
+get them for every shard.
 
 Known limits: prices of served students are $0 (their cost is GPU time); steps per rollout are capped at the
 config's `max_steps` (+1 for the auto-submission) but never extrapolated upward; the generation stages' per-call
@@ -46,7 +54,10 @@ from gymforge.core.config import EndpointConfig, GymforgeConfig, Price, layered_
 from gymforge.rl.memory import advice, params_of, rl_update_memory
 from gymforge.benchmark.suite import SUITES, BenchmarkError, mlgym_tasks
 from gymforge.core.plan import SERVED_SOURCES
+from gymforge.runtime.resources import needs_gpu
+from gymforge.stages.generation import TEACHER_ENTRYPOINTS
 from gymforge.stages.sft import resolve_unit
+from gymforge.tasks.posttraining import PostTrainingSpec
 from gymforge.tools.pilot import Measured, has_data, measure
 
 # ---- default constants ----------------------------------------------------------------------------------
@@ -224,9 +235,33 @@ def _generation_stages(cfg: GymforgeConfig, c: Constants) -> tuple[list[StageEst
     return stages, {"topic_batches": batches, "kept_topics": kept_topics, "verified_tasks": out_of["verification"]}
 
 
+def task_gpus(cfg: GymforgeConfig) -> tuple[int, str]:
+    """GPUs a generated task's rollout shard asks for, and why: `trajectories.gpus` when the tasks the config can
+    generate need a GPU by the workflow's rule (`needs_gpu`) applied to the entrypoints the teacher is offered and, for
+    post-training topics, the base they post-train (`post_training.base_model`, else a task spec's default), else 0.
+    Should only some of them need one, every shard is counted as asking (an upper bound)."""
+    spec_default = PostTrainingSpec.model_fields["base_model"].default
+    base = spec_default if cfg.topics.kind == "post_training" else None
+    gpu_kinds = [e for e in TEACHER_ENTRYPOINTS if needs_gpu(cfg, e, base)]
+    if cfg.topics.kind == "post_training":
+        chosen = (f"post_training.base_model {cfg.post_training.base_model}" if cfg.post_training.base_model else
+                  f"each task's own base, assumed the spec's default {spec_default} (post_training.base_model unset)")
+        what = f"post-training tasks on {chosen}"
+    else:
+        what = "research tasks (" + ", ".join(TEACHER_ENTRYPOINTS) + ": no LMSubmissionTasks)"
+    if not cfg.trajectories.gpus:
+        return 0, "trajectories.gpus = 0"
+    if not gpu_kinds:
+        return 0, f"CPU tasks: {what}"
+    bound = "" if len(gpu_kinds) == len(TEACHER_ENTRYPOINTS) else " (an upper bound: only some tasks may need one)"
+    return cfg.trajectories.gpus, f"GPU tasks: {what}{bound}"
+
+
 def _trajectories_stage(cfg: GymforgeConfig, c: Constants, verified: float) -> StageEstimate:
-    """Shards of concurrent rollouts, each shard job holding trajectories.gpus GPUs."""
+    """Shards of concurrent rollouts, each shard job holding `task_gpus` GPUs (trajectories.gpus for a task whose
+    code needs a GPU, else none)."""
     tr = cfg.trajectories
+    gpus, why = task_gpus(cfg)
     shards_per_task = plan.shard_count(cfg)
     rollouts = verified * tr.per_task
     shards = verified * shards_per_task
@@ -240,11 +275,14 @@ def _trajectories_stage(cfg: GymforgeConfig, c: Constants, verified: float) -> S
     st.calls = rollouts * calls_per_rollout
     st.prompt_tokens = st.calls * c("rollout_prompt_per_call")
     st.completion_tokens = st.calls * c("rollout_completion_per_call")
-    st.gpu_hours = shards * tr.gpus * shard_wall_s / 3600
+    st.gpu_hours = shards * gpus * shard_wall_s / 3600
     st.cpu_hours = rollouts * c("rollout_cpu_s") / 3600
     st.note = (f"{verified:,.0f} tasks x {tr.per_task} = {rollouts:,.0f} rollouts of ~{steps:.1f} steps, "
                f"{shards:,.0f} shards of {min(tr.shard_size, tr.per_task)} ({tr.concurrency} at once, "
-               f"{tr.gpus} GPU each, ~{shard_wall_s / 3600:.2f} h each)")
+               f"{gpus} GPU each: {why}; ~{shard_wall_s / 3600:.2f} h each)")
+    if not gpus:  # the shards still hold their cores for their wall time, on CPU nodes
+        st.note += (f"; ~{shards * shard_wall_s / 3600:,.0f} shard job-hours on CPU nodes ({tr.threads} cores each; "
+                    "CPU-h counts the sandboxes' CPU time)")
     return st
 
 
@@ -403,7 +441,8 @@ def estimate(cfg: GymforgeConfig, measured: Measured | None = None, *,
         "reasoning": reasoning,
         "plan": {"topic_slots": cfg.topics.n, "topic_batches": counts["topic_batches"],
                  "kept_topics": counts["kept_topics"], "verified_tasks": verified, "rollouts": trajectories.items,
-                 "shards": verified * plan.shard_count(cfg), "kept_trajectories": trained["kept_trajectories"],
+                 "shards": verified * plan.shard_count(cfg), "shard_gpus": task_gpus(cfg)[0],
+                 "shard_gpus_why": task_gpus(cfg)[1], "kept_trajectories": trained["kept_trajectories"],
                  "sft_examples": trained["sft_examples"], "train_tokens": trained["train_tokens"],
                  "eval_runs": ev.items, "eval_tasks": _eval_tasks(cfg)[0], "rl_episodes": rl.items},
         "stages": [s.__dict__ for s in stages],
