@@ -343,6 +343,13 @@ def load_benchmark(evaluate_cfg: EvaluateConfig) -> list[BenchmarkTask]:
     return tasks + harbor
 
 
+def suite_name(tasks: Sequence[BenchmarkTask]) -> str:
+    """The suite the tasks are, as score tables and `scores.json` name it: their `benchmark` (`builtin`,
+    `posttraining`, `mlgym`, `harbor`), in order and joined with ` + ` when Harbor folders join a suite
+    (`builtin + harbor`). Only Harbor tasks named in `evaluate.tasks` are `harbor`, whatever `evaluate.benchmark` says."""
+    return " + ".join(dict.fromkeys(t.benchmark for t in tasks)) or "empty"
+
+
 def task_meta(tasks: list[BenchmarkTask]) -> dict[str, dict[str, str | bool]]:
     return {t.id: {"metric": t.metric, "higher_is_better": t.higher_is_better} for t in tasks}
 

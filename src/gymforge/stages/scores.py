@@ -17,7 +17,7 @@ from gymforge.benchmark.aup import RunResult, TaskMeta, aup_csv, bootstrap_aup, 
 from gymforge.core.config import GymforgeConfig, ModelSpec
 from gymforge.core.records import CheckReport
 from gymforge.stages.evaluation import EvalRecord
-from gymforge.benchmark.suite import load_benchmark, recorded_baseline
+from gymforge.benchmark.suite import load_benchmark, recorded_baseline, suite_name
 from gymforge.report.score_plots import aup_bars, performance_profiles, violins
 from gymforge.report.summary import write_summary
 
@@ -93,6 +93,9 @@ def score_table(cfg: GymforgeConfig, records: list[Path], *, aup_out: Path, scor
     excluded = gameable if cfg.evaluate.exclude_gameable else []
     runs = [r for r in _runs(loaded) if r.task not in excluded]
     tasks = [t.id for t in benchmark if t.id not in excluded]
+    # the suite the scored tasks are (builtin, posttraining, mlgym, harbor, builtin + harbor), not evaluate.benchmark:
+    # evaluate.tasks naming only Harbor folders scores no task of it. AUPs of different suites do not compare.
+    suite = suite_name([t for t in benchmark if t.id in tasks])
     table, result = score_runs(runs, metas, tasks=tasks, baselines=baselines)
     text = aup_csv(result)
     quality = reply_quality(list(loaded.values()))
@@ -105,8 +108,7 @@ def score_table(cfg: GymforgeConfig, records: list[Path], *, aup_out: Path, scor
             entry["evaluator"] = _check_summary(probed[tid])
     evaluators = {"gameable": gameable, "excluded": excluded,
                   "checked": sorted(probed), "reports": {t: _check_summary(r) for t, r in probed.items()}}
-    # which suite the scores are on (builtin, posttraining, mlgym): AUPs of different suites do not compare
-    atomic.write_text(scores_out, json.dumps({"benchmark": cfg.evaluate.benchmark, "benchmark_tasks": tasks, **summary,
+    atomic.write_text(scores_out, json.dumps({"benchmark": suite, "benchmark_tasks": tasks, **summary,
                                               "evaluators": evaluators, "bootstrap": boot}, indent=1))
     atomic.write_text(replies_out, json.dumps(quality, indent=1))
     violins(runs, metas, violins_out, tasks=tasks, baselines=baselines)
@@ -118,7 +120,7 @@ def score_table(cfg: GymforgeConfig, records: list[Path], *, aup_out: Path, scor
                 "scored as usual; evaluate.exclude_gameable: true leaves them out")
         notes = (f"\n\nGameable evaluators (a knowledge-free degenerate submission beat the baseline): "
                  f"{', '.join(gameable)}: {what}")
-    head = f"{cfg.evaluate.benchmark} benchmark: {len(tasks)} tasks ({', '.join(tasks)})\n"
+    head = f"{suite} benchmark: {len(tasks)} tasks ({', '.join(tasks)})\n"
     return head + render(text, quality) + "\n\n" + render_intervals(boot) + notes
 
 
