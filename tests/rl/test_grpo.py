@@ -56,3 +56,66 @@ def test_the_mismatch_measures_the_numerics_not_the_cut_context() -> None:
         cut_lp = grpo.token_logprobs(model, kept[0].input_ids, 0.7, kept[0].start)
     assert (cut_lp - torch.tensor(sampler)).abs().mean() > 1e-3  # what the curve reported as mismatch before
     assert kept[0].truncated and stats["mismatch_tokens"] == 0 and stats["mismatch_abs_logprob"] == 0.0
+
+
+def _episode_chain(episode: int, model: object) -> list[grpo.ActionSample]:
+    """Three replies of one episode, each next request the previous request and reply plus an observation (a chain),
+    then a format re-ask's reply whose request leaves the second reply out (no longer a prefix)."""
+    rng = random.Random(1)
+    prompt = [rng.randrange(64) for _ in range(30)]
+    replies = [[rng.randrange(64) for _ in range(5 + k)] for k in range(4)]
+    samples, context = [], prompt
+    for k, reply in enumerate(replies):
+        if k == 3:
+            context = prompt + [1, 2, 3]  # the re-ask's request: not an extension of the chain
+        with torch.no_grad():
+            lp = grpo.token_logprobs(model, context + reply, 0.7, len(context) - 1).tolist()
+        samples.append(grpo.ActionSample(request=[], response="", duration_s=1.0 + k, episode=episode,
+                                         advantage=(-1.0) ** k, weight=0.5 + k,
+                                         sampled=Sampled(prompt_ids=context, ids=reply, logprobs=lp)))
+        context = context + reply + [rng.randrange(64) for _ in range(4)]
+    return samples
+
+
+@pytest.mark.parametrize("single_step", [True, False])
+def test_a_chain_of_an_episodes_replies_trains_in_one_pass_as_in_one_pass_each(single_step: bool) -> None:
+    """An episode whose requests extend each other trains in one forward and backward pass per chain: the same
+    log-probs, loss, statistics and gradient step as one pass per reply, on fewer tokens."""
+    from transformers import Qwen3Config, Qwen3ForCausalLM
+
+    torch.manual_seed(0)
+    config = Qwen3Config(vocab_size=64, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                         num_attention_heads=2, num_key_value_heads=1, head_dim=16)
+    base = Qwen3ForCausalLM(config).eval()
+
+    def train(chained: bool) -> tuple[list[grpo.ActionSample], dict[str, float], list[object]]:
+        model = Qwen3ForCausalLM(config)
+        model.load_state_dict(base.state_dict())
+        model.eval()
+        samples = _episode_chain(0, base)
+        if not chained:  # each reply in its own episode: no chain, one pass per reply (the update before chains)
+            for k, s in enumerate(samples):
+                s.episode = k
+        kept = grpo.prepare(samples, None, model, base, max_length=256, template=None, temperature=0.7,
+                            single_step=single_step)
+        stats = grpo.update(model, torch.optim.SGD(model.parameters(), lr=0.5), kept, epochs=1 if single_step else 2,
+                            minibatches=1, clip_eps=0.2, kl_coef=0.1, max_grad_norm=100.0, rng=random.Random(0),
+                            temperature=0.7)
+        return kept, stats, [p.detach().clone() for p in model.parameters()]
+
+    assert [len(c) for c in grpo.chains(grpo.prepare(_episode_chain(0, base), None, base, base, max_length=256,
+                                                     template=None, temperature=0.7))] == [3, 1]
+    kept_c, stats_c, params_c = train(chained=True)
+    kept_s, stats_s, params_s = train(chained=False)
+    for a, b in zip(kept_c, kept_s, strict=True):
+        assert torch.allclose(a.ref_logprobs, b.ref_logprobs, atol=1e-5)
+    for key in ("loss", "kl", "clipped", "mismatch_abs_logprob"):
+        assert stats_c[key] == pytest.approx(stats_s[key], abs=1e-5), key
+    assert stats_c["mismatch_abs_logprob"] < 1e-5  # the sampler was this model: the weights are exactly 1
+    moved = max(float((p - q).abs().max()) for p, q in zip(params_s, base.state_dict().values(), strict=True))
+    assert moved > 1e-3  # the step did something to compare
+    assert max(float((p - q).abs().max()) for p, q in zip(params_c, params_s, strict=True)) < 1e-5
+    lengths = [len(s.input_ids) for s in kept_s]
+    epochs = 1 if single_step else 2
+    assert stats_s["update_tokens"] == sum(lengths) * epochs
+    assert stats_c["update_tokens"] == (lengths[2] + lengths[3]) * epochs  # the chain's last sample, the re-ask

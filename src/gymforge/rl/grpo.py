@@ -38,6 +38,14 @@ deviation; a group whose rewards are all equal teaches nothing and gets 0). `w_k
 at `duration_max_weight`: "RL for MLE agents" multiplies each action's gradient by its duration so quick
 trivial actions do not outweigh slow real training runs.
 
+An episode's requests repeat each other: the next request is the previous one, its reply and the new observation.
+Where a sample's ids begin with all of the previous sample's ids (`chains`), one forward pass over the longer sample
+gives both replies' log-probs, exactly as two passes would (attention is causal), so the update runs one pass per chain
+and takes each sample's loss on its own reply's positions. A chain breaks where the loop's request differs: after a
+format-error re-ask (the accepted reply's request leaves the rejected one out), an elided observation, or a reply whose
+re-rendered text is not its sampled ids. In the offline student's 6-step episodes about half the samples chain and the
+update reads 1.9x fewer tokens.
+
 The log-probs are taken on the reply's positions only (`reply_logprobs`: the mask is zero before them, so the loss is
 the same), and a policy with fp32 weights on a GPU computes under bf16 autocast (`bf16_compute`): fp32 master weights
 and optimizer, bf16 matmuls and flash attention.
@@ -271,11 +279,34 @@ def sample_loss(new_lp: Any, old_lp: Any, ref_lp: Any, mask: Any, advantage: flo
     return loss, (kl * m).sum().detach() / n, clipped.detach()
 
 
+def chains(samples: Sequence[ActionSample]) -> list[list[ActionSample]]:
+    """The samples (tokenized, in episode order) in runs whose ids each begin with all of the previous one's ids, within
+    one episode: the last sample's forward pass holds every earlier one's log-probs (causal attention)."""
+    runs: list[list[ActionSample]] = []
+    for s in samples:
+        last = runs[-1][-1] if runs else None
+        if (last is not None and last.episode == s.episode and len(s.input_ids) > len(last.input_ids)
+                and s.input_ids[:len(last.input_ids)] == last.input_ids):
+            runs[-1].append(s)
+        else:
+            runs.append([s])
+    return runs
+
+
+def chain_logprobs(model: Any, chain: Sequence[ActionSample], temperature: float) -> list[Any]:
+    """Each sample's `token_logprobs` (aligned with its ids[start + 1:]) from one forward pass over the chain's last
+    sample."""
+    first, last = chain[0], chain[-1]
+    lp = token_logprobs(model, last.input_ids, temperature, first.start)
+    return [lp[s.start - first.start:len(s.input_ids) - 1 - first.start] for s in chain]
+
+
 def prepare(samples: list[ActionSample], tokenizer: Any, policy: Any, reference: Any, *, max_length: int,
             template: str | None, temperature: float = 1.0, single_step: bool = False) -> list[ActionSample]:
-    """Tokenize, then take the sampling policy's and the reference's log-probs; samples without a reply token
-    (cut off by max_length) are dropped. `single_step` (one epoch, one minibatch): the policy has not moved when
-    the loss is taken, so the sampling log-probs are the update's own forward pass, detached (no extra pass)."""
+    """Tokenize, then take the sampling policy's and the reference's log-probs (one pass per `chains` run); samples
+    without a reply token (cut off by max_length) are dropped. `single_step` (one epoch, one minibatch): the policy
+    has not moved when the loss is taken, so the sampling log-probs are the update's own forward pass, detached (no
+    extra pass)."""
     import torch
 
     kept = []
@@ -284,10 +315,13 @@ def prepare(samples: list[ActionSample], tokenizer: Any, policy: Any, reference:
         if sum(s.mask[1:]) == 0:
             continue
         s.start = reply_start(s.mask)
-        with torch.no_grad():
-            s.old_logprobs = None if single_step else token_logprobs(policy, s.input_ids, temperature, s.start)
-            s.ref_logprobs = token_logprobs(reference, s.input_ids, temperature, s.start)
         kept.append(s)
+    with torch.no_grad():
+        for chain in chains(kept):
+            olds = [None] * len(chain) if single_step else chain_logprobs(policy, chain, temperature)
+            refs = chain_logprobs(reference, chain, temperature)
+            for s, old, ref in zip(chain, olds, refs, strict=True):
+                s.old_logprobs, s.ref_logprobs = old, ref
     return kept
 
 
@@ -310,9 +344,10 @@ def mismatch_stats(abs_sum: float, over: float, tokens: float) -> dict[str, floa
 def update(policy: Any, optimizer: Any, samples: list[ActionSample], *, epochs: int, minibatches: int,
            clip_eps: float, kl_coef: float, max_grad_norm: float, rng: random.Random,
            temperature: float = 1.0, is_cap: float = 2.0, mismatch_threshold: float = 0.1) -> dict[str, float]:
-    """Clipped policy-gradient steps over prepared samples; returns mean loss, KL and clipped share, the tokens the
-    forward and backward passes took (`update_tokens`: every sample's length, once per epoch), and the
-    sampler/trainer mismatch of the sampled-path samples (`mismatch_stats`, taken before the first step)."""
+    """Clipped policy-gradient steps over prepared samples, one forward and backward pass per `chains` run (minibatches
+    are drawn from the runs); returns mean loss, KL and clipped share over the samples, the tokens the forward and
+    backward passes took (`update_tokens`: each run's last sample's length, once per epoch), and the sampler/trainer
+    mismatch of the sampled-path samples (`mismatch_stats`, taken before the first step)."""
     import torch
 
     totals = {"loss": 0.0, "kl": 0.0, "clipped": 0.0}
@@ -323,33 +358,37 @@ def update(policy: Any, optimizer: Any, samples: list[ActionSample], *, epochs: 
     seen: set[int] = set()
     steps = tokens = 0
     policy.train()
+    runs = chains(samples)
     for _ in range(epochs):
-        order = list(range(len(samples)))
+        order = list(range(len(runs)))
         rng.shuffle(order)
         size = math.ceil(len(order) / minibatches)
         for start in range(0, len(order), size):
-            batch = [samples[i] for i in order[start:start + size]]
-            weight_sum = sum(s.weight for s in batch) or 1.0
+            batch = [runs[i] for i in order[start:start + size]]
+            weight_sum = sum(s.weight for chain in batch for s in chain) or 1.0
             optimizer.zero_grad(set_to_none=True)
-            for s in batch:
-                new_lp = token_logprobs(policy, s.input_ids, temperature, s.start)
-                tokens += len(s.input_ids)
-                mask = torch.tensor(s.mask[1:][s.start:], device=new_lp.device)
-                old_lp = new_lp.detach() if s.old_logprobs is None else s.old_logprobs
-                sampler = None
-                if s.sampler_logprobs is not None:
-                    sampler = torch.tensor(s.sampler_logprobs, dtype=old_lp.dtype, device=old_lp.device)
-                    if id(s) not in seen:  # the policy as it sampled: the first time the sample is seen
-                        seen.add(id(s))
-                        taken = mismatch(old_lp, sampler, mask, mismatch_threshold)
-                        gap = [a + b for a, b in zip(gap, taken, strict=True)]
-                loss, kl, clipped = sample_loss(new_lp, old_lp, s.ref_logprobs, mask, s.advantage,
-                                                clip_eps=clip_eps, kl_coef=kl_coef, sampler_lp=sampler, is_cap=is_cap)
-                (loss * s.weight / weight_sum).backward()
-                totals["loss"] += float(loss.detach())
-                totals["kl"] += float(kl)
-                totals["clipped"] += float(clipped)
-                count += 1
+            for chain in batch:
+                losses = []
+                tokens += len(chain[-1].input_ids)
+                for s, new_lp in zip(chain, chain_logprobs(policy, chain, temperature), strict=True):
+                    mask = torch.tensor(s.mask[1:][s.start:], device=new_lp.device)
+                    old_lp = new_lp.detach() if s.old_logprobs is None else s.old_logprobs
+                    sampler = None
+                    if s.sampler_logprobs is not None:
+                        sampler = torch.tensor(s.sampler_logprobs, dtype=old_lp.dtype, device=old_lp.device)
+                        if id(s) not in seen:  # the policy as it sampled: the first time the sample is seen
+                            seen.add(id(s))
+                            taken = mismatch(old_lp, sampler, mask, mismatch_threshold)
+                            gap = [a + b for a, b in zip(gap, taken, strict=True)]
+                    loss, kl, clipped = sample_loss(new_lp, old_lp, s.ref_logprobs, mask, s.advantage,
+                                                    clip_eps=clip_eps, kl_coef=kl_coef, sampler_lp=sampler,
+                                                    is_cap=is_cap)
+                    losses.append(loss * s.weight / weight_sum)
+                    totals["loss"] += float(loss.detach())
+                    totals["kl"] += float(kl)
+                    totals["clipped"] += float(clipped)
+                    count += 1
+                torch.stack(losses).sum().backward()  # one backward pass through the chain's forward pass
             torch.nn.utils.clip_grad_norm_(policy.parameters(), max_grad_norm)
             optimizer.step()
             steps += 1
