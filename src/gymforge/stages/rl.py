@@ -399,10 +399,10 @@ def _update(cfg: GymforgeConfig, trainer: _Trainer, samples: list[Any], *, itera
 
 def _update_flops(policy: Any, samples: list[Any], tokens: int) -> dict[str, float]:
     """The one-device update's model FLOPs (`gymforge.student.flops`: its tokens x FLOPs per token, attention at the
-    samples' token-weighted mean length) and the peak FLOP/s of the GPU it ran on; nothing where that peak is not
+    passes' token-weighted mean length) and the peak FLOP/s of the GPU it ran on; nothing where that peak is not
     known (a CPU, an unlisted GPU): no made-up MFU."""
     peak = flops.device_peak_flops(next(policy.parameters()).device)
-    lengths = [len(s.input_ids) for s in samples]
+    lengths = [len(chain[-1].input_ids) for chain in grpo.chains(samples)]  # the sequences the passes took
     if not peak or not tokens or not lengths:
         return {}
     try:
