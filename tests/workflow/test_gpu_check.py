@@ -105,43 +105,31 @@ def test_the_tiny_run_reports_every_check(tmp_path: Path) -> None:
 
 @pytest.mark.slow
 @needs_qwen
-def test_the_tiny_run_with_packing_liger_checkpointing_and_concurrency_levels(tmp_path: Path) -> None:
-    """The options of the 4B device run (bench/gpu_device_run.sh) on the CPU: packed SFT, `--liger on` where Liger
-    cannot run (an error line, then the same SFT without it), the checkpointed RL update, two concurrency levels."""
-    proc, printed = run_tiny(tmp_path, "--packing", "--batch", "2", "--liger", "on", "--rl-checkpointing", "on",
-                             "--requests", "1,3")
-    assert proc.returncode == 1 and "failed checks: sft" in proc.stderr  # the Liger attempt, reported
-    assert [c["check"] for c in printed] == ["setup", "sft", "sft", "sft", "rl_update", "rl_memory", "rl_memory",
-                                             "serve", "serve"]
-    assert "liger-kernel" in printed[1]["error"]
-    for sft, length in zip(printed[2:4], (96, 160), strict=True):
-        assert sft["packing"] and not sft["liger"] and sft["tokens_per_sample"] == length
-        # two packed rows a step, concatenated: more tokens a step than one sample, from several conversations
-        assert length < sft["tokens_per_step"] <= 2 * length and sft["examples"] >= 2 * 4
-        assert sft["attention_length"] <= length and math.isfinite(sft["final_loss"])
-    assert all(c["gradient_checkpointing"] for c in printed[4:7])
-    assert printed[4]["optimizer_steps"] == 1 and printed[4]["predicted_memory_gib"] is None  # --tiny: no estimate
-    serve = printed[7:]
-    assert [c["concurrency"] for c in serve] == [c["requests"] for c in serve] == [1, 3]
-    assert all(c["failed"] == 0 and c["tokens_per_s"] > 0 for c in serve)
-
-
-@pytest.mark.slow
-@needs_qwen
 def test_the_device_run_script_writes_one_file_for_bench_measured(tmp_path: Path) -> None:
     """bench/gpu_device_run.sh, the prepared device run, on the CPU (`GPU_CHECK_EXTRA=--tiny`, no wheels to install):
-    the environment line, the serving levels of 8 and 32, the RL update before SFT, all in one file with its arguments."""
+    the environment line, the serving levels of 8 and 32, the RL update (checkpointed at 4B) before SFT, all in one file
+    with its arguments. With `--liger on` where Liger cannot run, its SFT writes an error line, then runs packed
+    without it."""
     out = tmp_path / "out"
     env = {**os.environ, "OMP_NUM_THREADS": "1", "TMPDIR": str(tmp_path), "PYTHON": sys.executable,
-           "GPU_CHECK_EXTRA": "--tiny", "WHEELS": str(tmp_path / "no-wheels"), "OUT": str(out)}
+           "GPU_CHECK_EXTRA": "--tiny --liger on", "WHEELS": str(tmp_path / "no-wheels"), "OUT": str(out)}
     proc = subprocess.run(["bash", str(ROOT / "bench" / "gpu_device_run.sh")], capture_output=True, text=True,
                           env=env, timeout=600)
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
     [measured] = out.glob("gpu_check_h200_*.jsonl")
     lines = [json.loads(line) for line in measured.read_text().splitlines()]
     assert [c["check"] for c in lines] == ["environment", "setup", "serve", "serve", "setup", "rl_update",
-                                           "rl_memory", "rl_memory", "sft", "sft"]
+                                           "rl_memory", "rl_memory", "sft", "sft", "sft"]
     assert lines[0]["installed"] == [] and lines[0]["versions"]["transformers"]
-    assert [c["concurrency"] for c in lines[2:4]] == [8, 32] and all(c["failed"] == 0 for c in lines[2:4])
-    assert lines[5]["gradient_checkpointing"] and all(c["packing"] for c in lines[8:])
+    serve = lines[2:4]
+    assert [c["concurrency"] for c in serve] == [c["requests"] for c in serve] == [8, 32]
+    assert all(c["failed"] == 0 and c["tokens_per_s"] > 0 for c in serve)
+    assert all(c["gradient_checkpointing"] for c in lines[5:8])
+    assert lines[5]["optimizer_steps"] == 1 and lines[5]["predicted_memory_gib"] is None  # --tiny: no estimate
+    assert "liger-kernel" in lines[8]["error"]  # the Liger attempt, reported; then the same SFT without it
+    for sft, length in zip(lines[9:], (96, 160), strict=True):
+        assert sft["packing"] and not sft["liger"] and sft["tokens_per_sample"] == length
+        # one packed row a step: up to a sample's length, from several conversations
+        assert sft["tokens_per_step"] <= length and sft["examples"] >= 4
+        assert sft["attention_length"] <= length and math.isfinite(sft["final_loss"])
     assert "--size 4b --checks rl,sft" in lines[5]["run_note"] and "--requests 8,32" in lines[2]["run_note"]
