@@ -127,6 +127,7 @@ def test_the_device_run_script_writes_one_file_for_bench_measured(tmp_path: Path
     assert all(c["gradient_checkpointing"] for c in lines[5:8])
     assert lines[5]["optimizer_steps"] == 1 and lines[5]["predicted_memory_gib"] is None  # --tiny: no estimate
     assert "liger-kernel" in lines[8]["error"]  # the Liger attempt, reported; then the same SFT without it
+    assert "4b: exit 1" in proc.stdout and "failed checks: sft" in proc.stderr
     for sft, length in zip(lines[9:], (96, 160), strict=True):
         assert sft["packing"] and not sft["liger"] and sft["tokens_per_sample"] == length
         # one packed row a step: up to a sample's length, from several conversations
