@@ -107,6 +107,29 @@ def test_flagged_episode_gets_no_reward() -> None:
     assert r.reward <= reward(traj([], "submission_not_found (submit)"), task).reward  # never cheaper to cheat
 
 
+def test_well_formed_replies_separate_episodes_that_all_fail() -> None:
+    """`rl.reward.well_formed`: two episodes that both end on malformed replies earn the same reward without it (a group
+    of them teaches nothing) and differ by their share of well-formed replies with it, read from the loop's records
+    (the steps it accepted, the format errors it re-asked); a flagged episode still gets the penalty alone."""
+    task = TaskMetric("accuracy", True, 0.5)
+    shaped = RewardConfig(well_formed=0.2)
+
+    def failing(accepted: int, flagged: bool = False) -> Episode:
+        t = traj([], "submission_not_found (format)", steps=[("ls", 0)] * accepted, flagged=flagged)
+        t.trajectory.append(TrajectoryStep(action="exit_format", observation="", response="", state="{}",
+                                           thought="Exit due to format", execution_time=0.0, step=accepted + 1,
+                                           format_errors=[{"response": "```", "error": "no command"}] * 3))
+        return Episode.of(t)
+
+    one, three = failing(1), failing(3)
+    assert (one.well_formed, one.malformed, three.well_formed) == (1, 3, 3)
+    assert episode_reward(one, task, W).reward == episode_reward(three, task, W).reward == W.no_submission_penalty
+    assert episode_reward(one, task, shaped).reward == pytest.approx(W.no_submission_penalty + 0.2 * 1 / 4)
+    assert episode_reward(three, task, shaped).reward == pytest.approx(W.no_submission_penalty + 0.2 * 3 / 6)
+    flagged = episode_reward(failing(3, flagged=True), task, shaped)
+    assert flagged.flagged and flagged.reward == W.no_submission_penalty
+
+
 def test_milestones_are_weighted_by_the_configs_milestone_keys() -> None:
     """Every milestone the reward computes has its weight in `RewardConfig.milestones`, set by `milestone_<name>`."""
     task = TaskMetric("accuracy", True, 0.5)

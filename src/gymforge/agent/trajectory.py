@@ -62,6 +62,19 @@ def sft_messages(traj: Trajectory, keep: int = KEEP_OBSERVATIONS) -> list[dict[s
     return _chat(build_messages(history[: last + 1], keep))
 
 
+def is_model_turn(step: Any) -> bool:
+    """Whether a step's action is a reply the model wrote (and the loop accepted), not the loop's own exit ("Exit due
+    to ..." with an `exit_<reason>` action, e.g. after three malformed replies in a row)."""
+    return not (step.action.startswith("exit_") and step.thought.startswith("Exit due to"))
+
+
+def reply_counts(traj: Trajectory) -> tuple[int, int]:
+    """(well-formed, malformed) replies of a trajectory: the replies the loop accepted as actions, and those it
+    rejected as format errors (each followed by a re-ask)."""
+    return (sum(is_model_turn(step) for step in traj.trajectory),
+            sum(len(step.format_errors) for step in traj.trajectory))
+
+
 def requests_of(traj: Trajectory, keep: int = KEEP_OBSERVATIONS) -> list[list[dict[str, str]]]:
     """Every request the agent loop sent for this trajectory, rebuilt from the file, in order.
 
@@ -73,7 +86,7 @@ def requests_of(traj: Trajectory, keep: int = KEEP_OBSERVATIONS) -> list[list[di
     assistant = iter(i for i, m in enumerate(history) if m["role"] == "assistant")
     requests: list[list[dict[str, str]]] = []
     for step in traj.trajectory:
-        model_turn = not (step.action.startswith("exit_") and step.thought.startswith("Exit due to"))
+        model_turn = is_model_turn(step)
         position = next(assistant) if model_turn else len(history)
         if not model_turn and not step.format_errors:
             continue  # an auto-submission decided before asking the model
@@ -95,7 +108,7 @@ def reply_tokens(traj: Trajectory) -> list[Sampled | None]:
     were kept)."""
     records: list[TokenRecord | None] = []
     for step in traj.trajectory:
-        model_turn = not (step.action.startswith("exit_") and step.thought.startswith("Exit due to"))
+        model_turn = is_model_turn(step)
         count = len(step.format_errors) + model_turn
         if step.tokens is not None and len(step.tokens) != count:
             raise ValueError(f"step {step.step}: {len(step.tokens)} token records for {count} replies")
@@ -113,7 +126,7 @@ def reply_chats(traj: Trajectory, keep: int = KEEP_OBSERVATIONS) -> list[list[di
     requests = iter(requests_of(traj, keep))
     chats: list[list[dict[str, str]]] = []
     for step in traj.trajectory:
-        model_turn = not (step.action.startswith("exit_") and step.thought.startswith("Exit due to"))
+        model_turn = is_model_turn(step)
         asked = [next(requests) for _ in range(len(step.format_errors) + model_turn)]  # as requests_of walks
         if model_turn:
             reply = history[positions[len(chats)]]

@@ -59,7 +59,7 @@ import random
 from dataclasses import dataclass, field
 from typing import Any, Sequence
 
-from gymforge.agent.trajectory import KEEP_OBSERVATIONS, reply_tokens, requests_of
+from gymforge.agent.trajectory import KEEP_OBSERVATIONS, is_model_turn, reply_tokens, requests_of
 from gymforge.core.tokens import Sampled
 from gymforge.student.masks import check_chat_template, tokenize_with_assistant_mask
 
@@ -121,7 +121,7 @@ def action_samples(traj: Any, episode: int) -> list[ActionSample]:
     tokens = reply_tokens(traj)
     replies: list[tuple[str, float]] = []
     for step in traj.trajectory:
-        model_turn = not (step.action.startswith("exit_") and step.thought.startswith("Exit due to"))
+        model_turn = is_model_turn(step)
         replies.extend((r["response"], 0.0) for r in step.format_errors)  # ran nothing
         if model_turn:
             replies.append((step.response, float(step.execution_time)))

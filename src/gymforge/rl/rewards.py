@@ -8,6 +8,7 @@ changes none of them.
 
     reward = improvement_weight * clip(direction * (score - baseline) / scale, -clip, +clip)   (valid submission)
            + sum of the milestone credits reached
+           + well_formed * (well-formed replies / all replies)
            + no_submission_penalty                                                            (no valid submission)
 
 - `score` is the priority metric of the final submission (the last score entry unless the final evaluation
@@ -19,6 +20,11 @@ changes none of them.
   `gymforge.agent.tools.is_training_command`), `artefact` (the evaluation found the submission artefact: a
   score entry, or an evaluation that failed only on its format), `evaluated` (the evaluation produced a valid
   numeric metric), `beat_baseline` (the final submission is strictly better than the baseline).
+- With `rl.reward.well_formed` > 0, every episode also gets that weight times the share of its replies that the loop
+  accepted as actions (the rest were format errors, each re-asked; `gymforge.agent.trajectory.reply_counts`). A
+  student whose episodes all end on three malformed replies earns the same -1 in every episode, so a group has no
+  reward variance and teaches nothing; the share separates an episode of two well-formed commands from one of none.
+  Keep it small against the penalty (configs/rl-learning.yaml: 0.2 against -1).
 - An episode without a valid final submission gets `no_submission_penalty` (the paper: a large failure
   penalty) and no improvement term.
 - A flagged episode (any audit flag) gets no reward: no milestone credit and no improvement, only the
@@ -35,6 +41,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from gymforge.agent.audit import ATTEMPT_CODES
+from gymforge.agent.trajectory import reply_counts
 from gymforge.agent.tools import is_training_command
 from gymforge.core.config import RewardConfig
 from gymforge.core.metrics import valid_metric, valid_metrics
@@ -58,12 +65,21 @@ class Episode:
     exit_codes: list[tuple[str, int | None]] = field(default_factory=list)  # (action, sandbox exit code) per step
     flagged: bool = False
     flags: list[str] = field(default_factory=list)  # the audit's flag codes, once each (empty: unknown)
+    well_formed: int = 0  # replies the loop accepted as actions
+    malformed: int = 0  # replies it rejected as format errors
 
     @classmethod
     def of(cls, traj: Any) -> "Episode":
+        well_formed, malformed = reply_counts(traj)
         return cls(scores=list(traj.info.score), exit_status=traj.info.exit_status,
                    exit_codes=[(s.action, s.exit_code) for s in traj.trajectory],
-                   flagged=bool(traj.info.flags), flags=sorted({f.code for f in traj.info.flags}))
+                   flagged=bool(traj.info.flags), flags=sorted({f.code for f in traj.info.flags}),
+                   well_formed=well_formed, malformed=malformed)
+
+    @property
+    def well_formed_share(self) -> float:
+        replies = self.well_formed + self.malformed
+        return self.well_formed / replies if replies else 0.0
 
 
 @dataclass
@@ -122,5 +138,6 @@ def episode_reward(episode: Episode, task: TaskMetric, weights: RewardConfig) ->
         raw = improvement(score, task, weights.scale_floor)  # type: ignore[arg-type]
         gain = max(-weights.improvement_clip, min(weights.improvement_clip, raw))
     credit = sum(weights.milestones[name] for name, hit in milestones.items() if hit)
+    credit += weights.well_formed * episode.well_formed_share
     total = weights.improvement_weight * gain + credit + (0.0 if valid else weights.no_submission_penalty)
     return Reward(round(total, 6), valid, score, gain, milestones, False)

@@ -27,7 +27,7 @@ import json
 from pathlib import Path
 from typing import Any, Iterator
 
-from gymforge.agent.trajectory import read_trajectory
+from gymforge.agent.trajectory import is_model_turn, read_trajectory
 from gymforge.core import atomic
 from gymforge.core.config import config_or_defaults
 from gymforge.rl.grpo import action_samples
@@ -54,7 +54,7 @@ def _rows(traj_file: Path, base: dict[str, Any]) -> Iterator[dict[str, Any]]:
     accepted: set[int] = set()
     index = 0
     for step in traj.trajectory:
-        model_turn = not (step.action.startswith("exit_") and step.thought.startswith("Exit due to"))
+        model_turn = is_model_turn(step)
         index += len(step.format_errors)
         if model_turn:
             accepted.add(index)

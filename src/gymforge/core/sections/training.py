@@ -159,6 +159,10 @@ class RewardConfig(Strict):
     milestone_artefact: float = Field(0.1, description="The evaluation found the submission artefact.")
     milestone_evaluated: float = Field(0.1, description="The evaluation produced a valid metric.")
     milestone_beat_baseline: float = Field(0.1, description="The final submission beat the baseline.")
+    well_formed: float = Field(0.0, ge=0, description="Credit for the share of the episode's replies that the loop "
+                               "accepted as actions (not format errors): this x well-formed / all replies. A dense "
+                               "signal for a student whose episodes all end on malformed replies, where every "
+                               "reward is the same and a group teaches nothing. 0: off.")
     no_submission_penalty: float = Field(-1.0, le=0, description="Added when there is no valid final submission "
                                          "(and for flagged episodes); the paper uses -10 with +0.1 milestones.")
     eval_edit_rejected: Literal["penalize", "ignore"] = Field(
