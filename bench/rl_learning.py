@@ -80,14 +80,15 @@ def rise(curves: Sequence[Sequence[Sequence[float]]], *, samples: int = 10_000, 
             "level": level, "samples": samples, "excludes_zero": bool(lo > 0 or hi < 0)}
 
 
-def episode_rewards(folder: Path, curve: dict[str, Any]) -> list[list[float]]:
+def episode_rewards(folder: Path, curve: dict[str, Any], key: str = "reward") -> list[list[float]]:
     """Per iteration, the rewards of its scored episodes (`episodes/iteration_<k>.json`); an iteration whose file
-    is missing counts as one episode of its mean reward."""
+    is missing counts as one episode of its mean reward. `key="valid"`: 1 or 0 per episode, whether it ended on a
+    valid submission (a missing file: the iteration's valid share), a measure no reward weight changes."""
     out = []
     for row in curve["iterations"]:
         path = folder / "episodes" / f"iteration_{row['iteration']:04d}.json"
-        rewards = [e["reward"] for e in json.loads(path.read_text())] if path.exists() else []
-        out.append(rewards or [row["mean_reward"]])
+        values = [float(e[key]) for e in json.loads(path.read_text())] if path.exists() else []
+        out.append(values or [row["mean_reward" if key == "reward" else "valid_share"]])
     return out
 
 
@@ -137,11 +138,12 @@ def main() -> None:
     if not args.analyze_only:
         for seed in seeds:
             run_seed(directory, args.config, seed, args.cores, args.snakemake_args, results, student, out)
-    curves, episodes, walls = {}, {}, {}
+    curves, episodes, valid, walls = {}, {}, {}, {}
     for seed in sorted(args.seeds):
         data = json.loads((out / f"seed_{seed}" / "curve.json").read_text())
         curves[seed] = [row["mean_reward"] for row in data["iterations"]]
         episodes[seed] = episode_rewards(out / f"seed_{seed}", data)
+        valid[seed] = episode_rewards(out / f"seed_{seed}", data, key="valid")
         run = out / f"seed_{seed}" / "run.json"
         walls[seed] = json.loads(run.read_text())["wall_s"] if run.exists() else None
     stats = rise(list(episodes.values()), samples=args.samples, seed=args.bootstrap_seed)
@@ -154,7 +156,13 @@ def main() -> None:
     print(f"last - first quarter, mean over {len(curves)} seeds: {stats['mean']:+.3f}, "
           f"{100 * stats['level']:.0f}% bootstrap interval [{lo:+.3f}, {hi:+.3f}]"
           f" ({'excludes' if stats['excludes_zero'] else 'includes'} 0)")
-    (out / "summary.json").write_text(json.dumps({"curves": curves, "wall_s": walls, **stats}, indent=2))
+    shares = rise(list(valid.values()), samples=args.samples, seed=args.bootstrap_seed)
+    vlo, vhi = shares["interval"]
+    print("valid submissions, last - first quarter: " + ", ".join(
+        f"seed {seed} {d:+.3f}" for seed, d in zip(valid, shares["per_seed"], strict=True))
+          + f"; mean {shares['mean']:+.3f} [{vlo:+.3f}, {vhi:+.3f}]")
+    (out / "summary.json").write_text(json.dumps({"curves": curves, "wall_s": walls, **stats, "valid_share": shares},
+                                                 indent=2))
 
 
 if __name__ == "__main__":

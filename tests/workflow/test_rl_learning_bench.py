@@ -69,6 +69,10 @@ def test_episodes_count_not_only_iterations() -> None:
 
 def test_episode_rewards_read_the_episode_files(tmp_path: Path) -> None:
     (tmp_path / "episodes").mkdir()
-    (tmp_path / "episodes" / "iteration_0000.json").write_text(json.dumps([{"reward": FAIL}, {"reward": PASS}]))
-    curve = {"iterations": [{"iteration": 0, "mean_reward": -0.35}, {"iteration": 1, "mean_reward": -1.0}]}
+    (tmp_path / "episodes" / "iteration_0000.json").write_text(json.dumps([{"reward": FAIL, "valid": False},
+                                                                          {"reward": PASS, "valid": True}]))
+    curve = {"iterations": [{"iteration": 0, "mean_reward": -0.35, "valid_share": 0.5},
+                            {"iteration": 1, "mean_reward": -1.0, "valid_share": 0.0}]}
     assert bench.episode_rewards(tmp_path, curve) == [[FAIL, PASS], [-1.0]]
+    # the valid-submission share, which no reward weight changes, from the same files
+    assert bench.episode_rewards(tmp_path, curve, key="valid") == [[0.0, 1.0], [0.0]]
