@@ -289,7 +289,7 @@ needs_cgroups = pytest.mark.skipif(not __import__("gymforge.sandbox.cgroups").sa
 @needs_cgroups
 def test_memory_is_bounded_for_the_whole_sandbox_not_per_process(ws: Path) -> None:
     """Four processes of 400 MiB each stay under the 1 GiB address-space rlimit but not under the group's 1 GiB."""
-    hold = "import time; b = bytearray(400 << 20); b[::4096] = b'x' * len(b[::4096]); time.sleep(20)"
+    hold = "import time; b = bytearray(400 << 20); b[::4096] = b'x' * len(b[::4096]); time.sleep(6)"
     with LocalBackend("bwrap").open(ws, limits=LIMITS) as s:
         r = s.run(" & ".join([f"python -c {hold!r}"] * 4) + "; wait", timeout=60)
         assert r.limit is not None and r.limit.startswith("memory: 1024 MiB"), r
