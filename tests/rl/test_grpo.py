@@ -103,8 +103,12 @@ def test_a_chain_of_an_episodes_replies_trains_in_one_pass_as_in_one_pass_each(s
                             temperature=0.7)
         return kept, stats, [p.detach().clone() for p in model.parameters()]
 
-    assert [len(c) for c in grpo.chains(grpo.prepare(_episode_chain(0, base), None, base, base, max_length=256,
-                                                     template=None, temperature=0.7))] == [3, 1]
+    prepared = grpo.prepare(_episode_chain(0, base), None, base, base, max_length=256, template=None, temperature=0.7)
+    assert [len(c) for c in grpo.chains(prepared)] == [3, 1]
+    # a budget of log-prob positions (a GPU's memory estimate allows one reply's logits) cuts a run short
+    two = grpo.reply_positions(prepared[0]) + grpo.reply_positions(prepared[1])
+    assert [len(c) for c in grpo.chains(prepared, budget=two)] == [2, 1, 1]
+    assert [len(c) for c in grpo.chains(prepared, budget=1)] == [1, 1, 1, 1]  # a sample alone may exceed it
     kept_c, stats_c, params_c = train(chained=True)
     kept_s, stats_s, params_s = train(chained=False)
     for a, b in zip(kept_c, kept_s, strict=True):

@@ -14,6 +14,7 @@ from typing import Any
 import pytest
 
 from gymforge.core.config import GymforgeConfig
+from gymforge.core.tokens import Sampled
 from gymforge.rl import grpo, sharded
 from gymforge.rl.memory import QWEN3, fitting_plan, shape_of, update_memory
 
@@ -124,8 +125,9 @@ REPLIES = ["DISCUSSION\nlook\n```\nls\n```", "DISCUSSION\nrun it\n```\npython ba
 
 
 def make_samples(tokenizer: Any) -> list[grpo.ActionSample]:
-    """Five samples of uneven lengths, advantages of both signs and duration weights (the last minibatch of the
-    plan holds one sample: one rank gets nothing to do but padding passes)."""
+    """Six samples of uneven lengths, advantages of both signs and duration weights, in five chains (`grpo.chains`):
+    the second is the first episode's next reply, its sampled ids after the first sample's (the last minibatch of
+    the plan holds one chain: one rank gets nothing to do but padding passes)."""
     template = grpo.training_template(tokenizer, "offline")
     durations = [0.0, 16.0, 0.1, 3.0, 7.5]
     advantages = [1.2, -0.7, 0.4, -1.5, 0.9]
@@ -137,7 +139,14 @@ def make_samples(tokenizer: Any) -> list[grpo.ActionSample]:
         s = grpo.ActionSample(request=request, response=reply, duration_s=durations[k], episode=k,
                               advantage=advantages[k], weight=weights[k])
         samples.append(s)
-    return sharded.tokenize_samples(samples, tokenizer, max_length=256, template=template)
+    samples = sharded.tokenize_samples(samples, tokenizer, max_length=256, template=template)
+    first = samples[0]
+    observation = tokenizer("look: data.csv", add_special_tokens=False)["input_ids"]
+    reply = tokenizer("DISCUSSION\nrun it\n```\npython baseline.py\n```", add_special_tokens=False)["input_ids"]
+    nxt = grpo.ActionSample(request=[], response="", duration_s=16.0, episode=first.episode, advantage=-0.3,
+                            weight=2.0, sampled=Sampled(prompt_ids=[*first.input_ids, *observation], ids=reply,
+                                                        logprobs=[-1.0] * len(reply)))
+    return [first, *sharded.tokenize_samples([nxt], tokenizer, max_length=256, template=template), *samples[1:]]
 
 
 def single_process_update(policy_dir: Path, reference_dir: Path, tokenizer: Any, samples: list[grpo.ActionSample],
@@ -219,12 +228,14 @@ def test_two_gloo_processes_match_the_single_process_update(student: Path, tmp_p
     torch.set_num_threads(1)
     tokenizer = AutoTokenizer.from_pretrained(str(student))
     samples = make_samples(tokenizer)
-    assert len(samples) == 5
+    assert [len(c) for c in grpo.chains(samples)] == [2, 1, 1, 1, 1]
     policy, optimizer, want = single_process_update(student, student, tokenizer, samples, UPDATE)
     dest, got, elapsed = sharded_update(tmp_path, samples, policy_dir=student, reference_dir=student,
                                         strategy="fsdp", settings=UPDATE)
-    assert got["world_size"] == 2 and got["samples"] == 5 and got["optimizer_steps"] == want["optimizer_steps"] == 6
-    for key in ("loss", "kl", "clipped"):
+    assert got["world_size"] == 2 and got["samples"] == 6 and got["optimizer_steps"] == want["optimizer_steps"] == 6
+    # one pass per chain on both sides: the first sample is read within the second's pass
+    assert got["update_tokens"] == want["update_tokens"] == 2 * sum(len(s.input_ids) for s in samples[1:])
+    for key in ("loss", "kl", "clipped", "mismatch_abs_logprob"):
         assert got[key] == pytest.approx(want[key], rel=1e-4, abs=1e-6), key
     diff, moved = compare(dest, policy, student)
     assert diff < 1e-5, diff
@@ -261,7 +272,7 @@ def test_sharded_update_resumes_a_single_process_checkpoint(student: Path, tmp_p
     _save_checkpoint(first, optimizer, student, iter1)
     one_step = {**UPDATE, "epochs": 1, "minibatches": 1}
     samples = make_samples(tokenizer)
-    for s, a in zip(samples, [-0.3, 1.1, 0.8, -1.2, 0.5], strict=True):
+    for s, a in zip(samples, [-0.3, 0.6, 1.1, 0.8, -1.2, 0.5], strict=True):
         s.advantage = a
     policy, _, want = single_process_update(iter1, student, tokenizer, samples, one_step, seed=12)
     dest, got, elapsed = sharded_update(tmp_path, samples, policy_dir=iter1, reference_dir=student,

@@ -279,30 +279,55 @@ def sample_loss(new_lp: Any, old_lp: Any, ref_lp: Any, mask: Any, advantage: flo
     return loss, (kl * m).sum().detach() / n, clipped.detach()
 
 
-def chains(samples: Sequence[ActionSample]) -> list[list[ActionSample]]:
+def chains(samples: Sequence[Any], budget: int | None = None) -> list[list[Any]]:
     """The samples (tokenized, in episode order) in runs whose ids each begin with all of the previous one's ids, within
-    one episode: the last sample's forward pass holds every earlier one's log-probs (causal attention)."""
-    runs: list[list[ActionSample]] = []
+    one episode: the last sample's forward pass holds every earlier one's log-probs (causal attention). `budget`: at
+    most this many log-prob positions (reply tokens) per run, where the head's logits must fit a memory estimate made
+    for one reply (`rl.max_new_tokens` + 1 on a GPU, `gymforge.rl.memory`); a sample alone may exceed it."""
+    runs: list[list[Any]] = []
     for s in samples:
         last = runs[-1][-1] if runs else None
         if (last is not None and last.episode == s.episode and len(s.input_ids) > len(last.input_ids)
-                and s.input_ids[:len(last.input_ids)] == last.input_ids):
+                and list(s.input_ids[:len(last.input_ids)]) == list(last.input_ids)
+                and (budget is None or sum(map(reply_positions, runs[-1])) + reply_positions(s) <= budget)):
             runs[-1].append(s)
         else:
             runs.append([s])
     return runs
 
 
+def reply_positions(sample: Any) -> int:
+    """How many log-probs a sample's loss reads: its ids after `start`."""
+    return len(sample.input_ids) - 1 - sample.start
+
+
+def span_logprobs(model: Any, input_ids: Any, spans: Sequence[tuple[int, int]], temperature: float) -> list[Any]:
+    """`reply_logprobs` of several spans of one sequence (a 1-D tensor) in one forward pass: for each (a, b), the
+    log-probs of tokens a+1..b given their prefix, computing the logits of those positions only (the observations
+    between a chain's replies are read, never scored)."""
+    import torch
+
+    if len(spans) == 1:
+        return [reply_logprobs(model, input_ids, spans[0][0], temperature)]
+    keep = torch.cat([torch.arange(a, b, device=input_ids.device) for a, b in spans])
+    with bf16_compute(model):
+        logits = model(input_ids=input_ids[None], logits_to_keep=keep, use_cache=False).logits[0]
+    lp = torch.log_softmax(logits.float() / temperature, dim=-1).gather(1, input_ids[keep + 1, None])[:, 0]
+    return list(torch.split(lp, [b - a for a, b in spans]))
+
+
 def chain_logprobs(model: Any, chain: Sequence[ActionSample], temperature: float) -> list[Any]:
     """Each sample's `token_logprobs` (aligned with its ids[start + 1:]) from one forward pass over the chain's last
     sample."""
-    first, last = chain[0], chain[-1]
-    lp = token_logprobs(model, last.input_ids, temperature, first.start)
-    return [lp[s.start - first.start:len(s.input_ids) - 1 - first.start] for s in chain]
+    import torch
+
+    ids = torch.tensor(chain[-1].input_ids, device=model.device)
+    return span_logprobs(model, ids, [(s.start, len(s.input_ids) - 1) for s in chain], temperature)
 
 
 def prepare(samples: list[ActionSample], tokenizer: Any, policy: Any, reference: Any, *, max_length: int,
-            template: str | None, temperature: float = 1.0, single_step: bool = False) -> list[ActionSample]:
+            template: str | None, temperature: float = 1.0, single_step: bool = False,
+            chain_budget: int | None = None) -> list[ActionSample]:
     """Tokenize, then take the sampling policy's and the reference's log-probs (one pass per `chains` run); samples
     without a reply token (cut off by max_length) are dropped. `single_step` (one epoch, one minibatch): the policy
     has not moved when the loss is taken, so the sampling log-probs are the update's own forward pass, detached (no
@@ -317,7 +342,7 @@ def prepare(samples: list[ActionSample], tokenizer: Any, policy: Any, reference:
         s.start = reply_start(s.mask)
         kept.append(s)
     with torch.no_grad():
-        for chain in chains(kept):
+        for chain in chains(kept, chain_budget):
             olds = [None] * len(chain) if single_step else chain_logprobs(policy, chain, temperature)
             refs = chain_logprobs(reference, chain, temperature)
             for s, old, ref in zip(chain, olds, refs, strict=True):
@@ -343,7 +368,8 @@ def mismatch_stats(abs_sum: float, over: float, tokens: float) -> dict[str, floa
 
 def update(policy: Any, optimizer: Any, samples: list[ActionSample], *, epochs: int, minibatches: int,
            clip_eps: float, kl_coef: float, max_grad_norm: float, rng: random.Random,
-           temperature: float = 1.0, is_cap: float = 2.0, mismatch_threshold: float = 0.1) -> dict[str, float]:
+           temperature: float = 1.0, is_cap: float = 2.0, mismatch_threshold: float = 0.1,
+           chain_budget: int | None = None) -> dict[str, float]:
     """Clipped policy-gradient steps over prepared samples, one forward and backward pass per `chains` run (minibatches
     are drawn from the runs); returns mean loss, KL and clipped share over the samples, the tokens the forward and
     backward passes took (`update_tokens`: each run's last sample's length, once per epoch), and the sampler/trainer
@@ -358,7 +384,7 @@ def update(policy: Any, optimizer: Any, samples: list[ActionSample], *, epochs: 
     seen: set[int] = set()
     steps = tokens = 0
     policy.train()
-    runs = chains(samples)
+    runs = chains(samples, chain_budget)
     for _ in range(epochs):
         order = list(range(len(runs)))
         rng.shuffle(order)

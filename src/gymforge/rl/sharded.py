@@ -16,9 +16,11 @@ so the server (vLLM) and the trainer never hold the GPUs at the same time. Per i
 2. loads the policy (the iteration's checkpoint, fp32 master weights), sharded, and its optimizer state; takes the
    sampling policy's log-probs the same way (unless one epoch and one minibatch: then they are the update's own
    forward pass, detached, as in `grpo.prepare`);
-3. runs `grpo.update`'s loop: the same shuffled order (`random.Random` of the same seed), the same minibatches; each
-   minibatch's samples are dealt to the ranks (longest first to the least-loaded rank, by tokens), each rank
-   back-propagates `world * w_k * loss_k / W` for its samples with `W = sum_k w_k` over the *whole* minibatch, and
+3. runs `grpo.update`'s loop: the same chains of an episode's replies (`grpo.chains`: one forward and backward pass
+   trains every reply of a chain), the same shuffled order of chains (`random.Random` of the same seed), the same
+   minibatches; each minibatch's chains are dealt to the ranks (longest first to the least-loaded rank, by tokens),
+   each rank back-propagates `world * w_k * loss_k / W` for its samples with `W = sum_k w_k` over the *whole*
+   minibatch, and
    the backends average gradients over ranks, so the summed gradient is exactly the single process's
    `sum_k w_k * loss_k / W` (duration weights and advantages included; any split, uneven ones too). Every rank runs
    as many forward/backward passes as the busiest one (padding passes on a 2-token input, loss times 0), because
@@ -77,7 +79,8 @@ from typing import Any, Sequence
 from gymforge.core import atomic
 from gymforge.runtime.launch import accelerate_launch
 from gymforge.rl.backends import DEEPSPEED_STATE, OPTIMIZER, Backend, DeepSpeed, checkpoint_files, make_backend
-from gymforge.rl.grpo import mismatch, mismatch_stats, reply_logprobs, reply_start, sample_loss, tokenize
+from gymforge.rl.grpo import (chains, mismatch, mismatch_stats, reply_logprobs, reply_start, sample_loss,
+                              span_logprobs, tokenize)
 
 log = logging.getLogger("gymforge.rl.sharded")
 
@@ -115,17 +118,20 @@ def tokenize_samples(samples: list[Any], tokenizer: Any, *, max_length: int, tem
         tokenize(s, tokenizer, max_length, template)
         if sum(s.mask[1:]) == 0:
             continue
+        s.start = reply_start(s.mask)
         kept.append(s)
     return kept
 
 
-def write_job(folder: Path, samples: Sequence[Any], **settings: Any) -> Path:
-    """job.json (settings and paths) and samples.pt (token ids, masks, advantages, weights) in `folder`."""
+def write_job(folder: Path, samples: Sequence[Any], chain_budget: int | None = None, **settings: Any) -> Path:
+    """job.json (settings and paths) and samples.pt (token ids, masks, advantages, weights, and the index of each
+    sample's chain, `grpo.chains` with `chain_budget`) in `folder`."""
     import torch
 
     folder.mkdir(parents=True, exist_ok=True)
+    chain_of = {id(s): k for k, chain in enumerate(chains(list(samples), chain_budget)) for s in chain}
     torch.save([{"input_ids": torch.tensor(s.input_ids, dtype=torch.int64), "mask": torch.tensor(s.mask, dtype=torch.int8),
-                 "advantage": float(s.advantage), "weight": float(s.weight),
+                 "advantage": float(s.advantage), "weight": float(s.weight), "chain": chain_of[id(s)],
                  "sampler": None if getattr(s, "sampler_logprobs", None) is None
                  else torch.tensor(s.sampler_logprobs, dtype=torch.float32)} for s in samples], folder / SAMPLES)
     (folder / STATS).unlink(missing_ok=True)
@@ -143,7 +149,9 @@ def run_update(cfg: Any, samples: list[Any], *, policy_dir: Path, reference_dir:
     if not samples:  # nothing to learn: the next checkpoint is this one (no worker launch, no model load)
         copy_policy(policy_dir, reference_dir, dest)
         return {"loss": 0.0, "kl": 0.0, "clipped": 0.0, "samples": 0, "optimizer_steps": 0}
-    job = write_job(folder, samples, policy=policy_dir, reference=reference_dir, dest=dest, tokenizer_files=reference_dir,
+    # the workers' GPUs hold the log-prob head's logits for one reply's positions (gymforge.rl.memory): so do chains
+    job = write_job(folder, samples, chain_budget=rl.max_new_tokens + 1, policy=policy_dir, reference=reference_dir,
+                    dest=dest, tokenizer_files=reference_dir,
                     strategy=rl.strategy, learning_rate=rl.learning_rate, epochs=rl.epochs, minibatches=rl.minibatches,
                     clip_eps=rl.clip_eps, kl_coef=rl.kl_coef, max_grad_norm=rl.max_grad_norm,
                     is_cap=rl.is_cap, mismatch_threshold=rl.mismatch_threshold,
@@ -189,7 +197,8 @@ def _free_port() -> int:
 
 
 def minibatch_plan(n: int, *, epochs: int, minibatches: int, rng: random.Random) -> list[list[int]]:
-    """The sample indices of every optimizer step, in order: exactly `grpo.update`'s (one shuffle per epoch)."""
+    """The chain indices (`grpo.chains`) of every optimizer step, in order: exactly `grpo.update`'s (one shuffle per
+    epoch)."""
     steps = []
     for _ in range(epochs):
         order = list(range(n))
@@ -222,6 +231,7 @@ class Sample:
     advantage: float
     weight: float
     old: Any = None  # sampling policy's log-probs from `start` (None: single step, the update's own detached)
+    chain: int = 0  # its chain (`grpo.chains`, computed by the driver): samples of one chain share a forward pass
     ref: Any = None
     sampler: Any = None  # the sampler's log-probs from `start` (sampled-token samples), else None
 
@@ -234,14 +244,35 @@ def load_samples(path: Path, device: Any) -> list[Sample]:
     import torch
 
     out = []
-    for row in torch.load(path, weights_only=True):
+    for i, row in enumerate(torch.load(path, weights_only=True)):
         mask = [int(m) for m in row["mask"].tolist()]
         start = reply_start(mask)
         sampler = row.get("sampler")
         out.append(Sample(input_ids=row["input_ids"].to(device), start=start,
                           mask=torch.tensor(mask[1:][start:], device=device), advantage=row["advantage"],
-                          weight=row["weight"], sampler=None if sampler is None else sampler.to(device)))
+                          weight=row["weight"], sampler=None if sampler is None else sampler.to(device),
+                          chain=int(row.get("chain", -1 - i))))  # a file without chains: one pass per sample
     return out
+
+
+def chain_units(samples: list[Sample]) -> list[list[int]]:
+    """The sample indices of each chain, in order; each sample's ids must begin with all of the previous one's."""
+    import torch
+
+    units: dict[int, list[int]] = {}
+    for i, s in enumerate(samples):
+        unit = units.setdefault(s.chain, [])
+        if unit:
+            prev = samples[unit[-1]]
+            if not (s.tokens > prev.tokens and torch.equal(s.input_ids[:prev.tokens], prev.input_ids)):
+                raise ValueError(f"sample {i} does not extend the previous sample of its chain {s.chain}")
+        unit.append(i)
+    return list(units.values())
+
+
+def unit_logprobs(model: Any, unit: Sequence[Sample], temperature: float) -> list[Any]:
+    """Each sample's reply log-probs (from its `start`) from one forward pass over its chain's last sample."""
+    return span_logprobs(model, unit[-1].input_ids, [(s.start, s.tokens - 1) for s in unit], temperature)
 
 
 def _dummy(samples: list[Sample]) -> Any:
@@ -249,11 +280,13 @@ def _dummy(samples: list[Sample]) -> Any:
 
 
 def sharded_logprobs(backend: Backend, model: Any, samples: list[Sample], temperature: float) -> list[Any]:
-    """Every sample's reply log-probs under `model`: each rank takes its share (dealt by tokens), padding passes
-    keep the ranks' forward counts equal, and the shares are gathered (CPU tensors, then moved to the device)."""
+    """Every sample's reply log-probs under `model`: each rank takes its share of the chains (dealt by tokens), one
+    pass per chain, padding passes keep the ranks' forward counts equal, and the shares are gathered (CPU tensors,
+    then moved to the device)."""
     import torch
 
-    shares = deal(range(len(samples)), [s.tokens for s in samples], backend.world)
+    units = chain_units(samples)
+    shares = deal(range(len(units)), [samples[u[-1]].tokens for u in units], backend.world)
     mine = shares[backend.rank]
     passes = max(len(share) for share in shares)
     model.eval()
@@ -261,8 +294,9 @@ def sharded_logprobs(backend: Backend, model: Any, samples: list[Sample], temper
     with torch.no_grad():
         for k in range(passes):
             if k < len(mine):
-                s = samples[mine[k]]
-                got[mine[k]] = reply_logprobs(model, s.input_ids, s.start, temperature).cpu()
+                unit = units[mine[k]]
+                for i, lp in zip(unit, unit_logprobs(model, [samples[i] for i in unit], temperature), strict=True):
+                    got[i] = lp.cpu()
             else:
                 reply_logprobs(model, _dummy(samples), 0, temperature)
     merged: dict[int, Any] = {}
@@ -278,13 +312,16 @@ def sharded_update(backend: Backend, policy: Any, optimizer: Any, samples: list[
     if not samples:
         return {"loss": 0.0, "kl": 0.0, "clipped": 0.0, "samples": 0, "optimizer_steps": 0, "update_tokens": 0,
                 **mismatch_stats(0.0, 0.0, 0.0)}
+    import torch
+
     totals = [0.0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0]  # loss, kl, clipped, count, |delta log-prob|, over, tokens
     seen: set[int] = set()
     steps = 0
     backend.train(policy)
-    lengths = [s.tokens for s in samples]
-    for batch in minibatch_plan(len(samples), epochs=epochs, minibatches=minibatches, rng=rng):
-        weight_sum = sum(samples[i].weight for i in batch) or 1.0
+    units = chain_units(samples)
+    lengths = [samples[u[-1]].tokens for u in units]  # a chain's pass reads its last sample
+    for batch in minibatch_plan(len(units), epochs=epochs, minibatches=minibatches, rng=rng):
+        weight_sum = sum(samples[i].weight for u in batch for i in units[u]) or 1.0
         shares = deal(batch, lengths, backend.world)
         mine = shares[backend.rank]
         passes = max(len(share) for share in shares)
@@ -293,20 +330,25 @@ def sharded_update(backend: Backend, policy: Any, optimizer: Any, samples: list[
             last = k == passes - 1
             with backend.micro_step(policy, last):
                 if k < len(mine):
-                    s = samples[mine[k]]
-                    new_lp = reply_logprobs(policy, s.input_ids, s.start, temperature)
-                    old_lp = new_lp.detach() if s.old is None else s.old
-                    if s.sampler is not None and mine[k] not in seen:
-                        seen.add(mine[k])
-                        for j, v in enumerate(mismatch(old_lp, s.sampler, s.mask, mismatch_threshold)):
-                            totals[4 + j] += v
-                    loss, kl, clipped = sample_loss(new_lp, old_lp, s.ref, s.mask, s.advantage, clip_eps=clip_eps,
-                                                    kl_coef=kl_coef, sampler_lp=s.sampler, is_cap=is_cap)
-                    backend.backward(policy, loss * (s.weight * backend.world / weight_sum), last)
-                    totals[0] += float(loss.detach())
-                    totals[1] += float(kl)
-                    totals[2] += float(clipped)
-                    totals[3] += 1
+                    unit = units[mine[k]]
+                    losses = []
+                    for i, new_lp in zip(unit, unit_logprobs(policy, [samples[i] for i in unit], temperature),
+                                         strict=True):
+                        s = samples[i]
+                        old_lp = new_lp.detach() if s.old is None else s.old
+                        if s.sampler is not None and i not in seen:
+                            seen.add(i)
+                            for j, v in enumerate(mismatch(old_lp, s.sampler, s.mask, mismatch_threshold)):
+                                totals[4 + j] += v
+                        loss, kl, clipped = sample_loss(new_lp, old_lp, s.ref, s.mask, s.advantage,
+                                                        clip_eps=clip_eps, kl_coef=kl_coef, sampler_lp=s.sampler,
+                                                        is_cap=is_cap)
+                        losses.append(loss * (s.weight * backend.world / weight_sum))
+                        totals[0] += float(loss.detach())
+                        totals[1] += float(kl)
+                        totals[2] += float(clipped)
+                        totals[3] += 1
+                    backend.backward(policy, torch.stack(losses).sum(), last)
                 else:  # a padding pass: the collectives of a forward and backward, no gradient
                     backend.backward(policy, reply_logprobs(policy, _dummy(samples), 0, temperature).sum() * 0.0, last)
         backend.step(policy, optimizer, max_grad_norm)
@@ -315,7 +357,7 @@ def sharded_update(backend: Backend, policy: Any, optimizer: Any, samples: list[
     loss, kl, clipped, count, gap, over, tokens = backend.sum(totals)
     count = max(count, 1.0)
     return {"loss": loss / count, "kl": kl / count, "clipped": clipped / count, "samples": len(samples),
-            "optimizer_steps": steps, "update_tokens": sum(lengths) * epochs,  # each sample once an epoch, no padding
+            "optimizer_steps": steps, "update_tokens": sum(lengths) * epochs,  # each chain once an epoch, no padding
             **mismatch_stats(gap, over, tokens)}
 
 

@@ -385,24 +385,26 @@ def _update(cfg: GymforgeConfig, trainer: _Trainer, samples: list[Any], *, itera
                                           log_file=log_file)
         stats["token_paths"], stats["samples_truncated"] = paths, _truncated(samples, rl.max_length)
         return stats
+    # on a GPU, a chain's logits fit what the memory estimate allows one reply (gymforge.rl.memory); a CPU chains freely
+    budget = rl.max_new_tokens + 1 if trainer.policy.device.type == "cuda" else None
     samples = grpo.prepare(samples, trainer.tokenizer, trainer.policy, trainer.reference, max_length=rl.max_length,
                            template=trainer.template, temperature=rl.temperature,
-                           single_step=rl.epochs == 1 and rl.minibatches == 1)
+                           single_step=rl.epochs == 1 and rl.minibatches == 1, chain_budget=budget)
     stats = grpo.update(trainer.policy, trainer.optimizer, samples, epochs=rl.epochs, minibatches=rl.minibatches,
                         clip_eps=rl.clip_eps, kl_coef=rl.kl_coef, max_grad_norm=rl.max_grad_norm,
                         rng=random.Random(update_seed), temperature=rl.temperature, is_cap=rl.is_cap,
-                        mismatch_threshold=rl.mismatch_threshold)
+                        mismatch_threshold=rl.mismatch_threshold, chain_budget=budget)
     stats["token_paths"], stats["samples_truncated"] = grpo.path_counts(samples), _truncated(samples, rl.max_length)
-    stats.update(_update_flops(trainer.policy, samples, stats.get("update_tokens", 0)))
+    stats.update(_update_flops(trainer.policy, samples, stats.get("update_tokens", 0), budget))
     return stats
 
 
-def _update_flops(policy: Any, samples: list[Any], tokens: int) -> dict[str, float]:
+def _update_flops(policy: Any, samples: list[Any], tokens: int, budget: int | None) -> dict[str, float]:
     """The one-device update's model FLOPs (`gymforge.student.flops`: its tokens x FLOPs per token, attention at the
     passes' token-weighted mean length) and the peak FLOP/s of the GPU it ran on; nothing where that peak is not
     known (a CPU, an unlisted GPU): no made-up MFU."""
     peak = flops.device_peak_flops(next(policy.parameters()).device)
-    lengths = [len(chain[-1].input_ids) for chain in grpo.chains(samples)]  # the sequences the passes took
+    lengths = [len(chain[-1].input_ids) for chain in grpo.chains(samples, budget)]  # the sequences the passes took
     if not peak or not tokens or not lengths:
         return {}
     try:
