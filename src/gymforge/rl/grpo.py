@@ -288,7 +288,7 @@ def chains(samples: Sequence[Any], budget: int | None = None) -> list[list[Any]]
     for s in samples:
         last = runs[-1][-1] if runs else None
         if (last is not None and last.episode == s.episode and len(s.input_ids) > len(last.input_ids)
-                and list(s.input_ids[:len(last.input_ids)]) == list(last.input_ids)
+                and s.input_ids[:len(last.input_ids)] == last.input_ids
                 and (budget is None or sum(map(reply_positions, runs[-1])) + reply_positions(s) <= budget)):
             runs[-1].append(s)
         else:

@@ -129,7 +129,7 @@ def write_job(folder: Path, samples: Sequence[Any], chain_budget: int | None = N
     import torch
 
     folder.mkdir(parents=True, exist_ok=True)
-    chain_of = {id(s): k for k, chain in enumerate(chains(list(samples), chain_budget)) for s in chain}
+    chain_of = {id(s): k for k, chain in enumerate(chains(samples, chain_budget)) for s in chain}
     torch.save([{"input_ids": torch.tensor(s.input_ids, dtype=torch.int64), "mask": torch.tensor(s.mask, dtype=torch.int8),
                  "advantage": float(s.advantage), "weight": float(s.weight), "chain": chain_of[id(s)],
                  "sampler": None if getattr(s, "sampler_logprobs", None) is None

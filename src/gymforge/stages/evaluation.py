@@ -34,6 +34,7 @@ from gymforge.core.plan import SERVED_SOURCES, model_spec, run_folder, run_ids, 
 from gymforge.benchmark.decontamination import ContaminationError, describe, proposal_extra, run
 from gymforge.benchmark.suite import load_benchmark, recorded_baseline, require_runnable, task_digest
 from gymforge.runtime.gpus import device_total, visible_devices
+from gymforge.agent.trajectory import reply_counts
 from gymforge.llm.client import LLMClient
 from gymforge.llm.serving import open_endpoint
 from gymforge.tasks.datacache import cache_root
@@ -79,7 +80,7 @@ def visible_gpus() -> int:
 
 
 def summarize(traj: Trajectory, run: int, seed: int, folder: str, wall_s: float) -> RunSummary:
-    malformed = sum(len(step.format_errors) for step in traj.trajectory)
+    _, malformed = reply_counts(traj)
     return RunSummary(
         run=run, seed=seed, folder=folder, exit_status=traj.info.exit_status, scores=traj.info.score,
         replies=traj.info.model_stats.api_calls, malformed=malformed,

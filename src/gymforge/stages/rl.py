@@ -404,9 +404,9 @@ def _update_flops(policy: Any, samples: list[Any], tokens: int, budget: int | No
     passes' token-weighted mean length) and the peak FLOP/s of the GPU it ran on; nothing where that peak is not
     known (a CPU, an unlisted GPU): no made-up MFU."""
     peak = flops.device_peak_flops(next(policy.parameters()).device)
-    lengths = [len(chain[-1].input_ids) for chain in grpo.chains(samples, budget)]  # the sequences the passes took
-    if not peak or not tokens or not lengths:
+    if not peak or not tokens or not samples:
         return {}
+    lengths = [len(chain[-1].input_ids) for chain in grpo.chains(samples, budget)]  # the sequences the passes took
     try:
         per_token = flops.flops_per_token(policy.config, flops.attention_length(lengths))
     except (AttributeError, TypeError):  # a config without a decoder's shape
