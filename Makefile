@@ -64,14 +64,14 @@ run: setup
 	  echo "make run: some jobs failed (reasons above and in results/logs/**/*.failed.json); fix the cause and run 'make run' again, it resumes where it stopped"; exit 1; }
 	$(BIN)/gymforge status
 
-# CI: everything, in two phases. First all tests but the `serial` ones on three pytest-xdist workers (most tests wait
-# on subprocesses, so three workers keep two cores busy; tests/conftest.py puts the tests that share an expensive
-# fixture on one worker); then the `serial` ones alone, whose checks are about timing under a quiet machine.
+# CI: everything, in two phases. First all tests but the `serial` ones on four pytest-xdist workers (most tests wait
+# on subprocesses, so four workers keep two cores busy; tests/conftest.py puts the tests that share an expensive
+# fixture on one worker and deals the groups that hold the long `heavy` runs first, in its order: hence
+# --no-loadscope-reorder); then the `serial` ones alone, whose checks are about timing under a quiet machine.
 test: setup test-deps
 	$(BIN)/ruff check src tests bench
 	$(BIN)/lint-imports
-	$(BIN)/pytest -q -ra -n 3 --dist loadgroup -m "not serial and not heavy" --durations=15 --cpu-durations=15
-	$(BIN)/pytest -q -ra -n 2 --dist loadgroup -m heavy --durations=5
+	$(BIN)/pytest -q -ra -n 4 --dist loadgroup --no-loadscope-reorder -m "not serial" --durations=20 --cpu-durations=20
 	$(BIN)/pytest -q -ra -m serial
 
 # The edit-test loop: everything not marked slow or heavy, on three pytest-xdist workers (tests/conftest.py groups tests that

@@ -22,10 +22,9 @@ pytest_plugins = ["loopback", "workflow_runs", "stage_fixtures", "finished_run",
 # that share an expensive one (a whole workflow run, the docker image) run on one worker, so it is built
 # once; every other test runs with the rest of its module (module fixtures are built once too).
 SHARED_FIXTURES = ("finished_run", "clean_tasks", "docker_backend", "proposals", "smollm2_cache")
-# Modules that start and stop the one SLURM test cluster (scripts/slurm_cluster.sh): one worker runs them in turn, or
-# the first to finish would stop the cluster under the other's jobs.
-SLURM_CLUSTER_MODULES = ("tests/workflow/test_slurm.py", "tests/workflow/test_slurm_arrays.py",
-                         "tests/workflow/test_rehearsal.py")
+# Modules that start and stop the default SLURM test cluster (scripts/slurm_cluster.sh): one worker runs them in turn,
+# or the first to finish would stop the cluster under the other's jobs. (The rehearsal starts a cluster of its own.)
+SLURM_CLUSTER_MODULES = ("tests/workflow/test_slurm.py", "tests/workflow/test_slurm_arrays.py")
 
 
 # Tests on the docker backend start a private daemon and a container per sandbox: they are `slow`, so `make test`
@@ -42,6 +41,19 @@ def pytest_collection_modifyitems(config, items):  # before `-m` deselects by ma
         if shared is None and item.nodeid.split("::")[0] in SLURM_CLUSTER_MODULES:
             shared = "slurm_cluster"
         item.add_marker(pytest.mark.xdist_group(shared or item.nodeid.split("::")[0]))
+    # `make test` runs `heavy` tests in its one parallel phase, beside the rest: the groups that hold one, and those
+    # that share an expensive fixture, are dealt to the workers first (with --no-loadscope-reorder, xdist deals
+    # groups in this order), largest first, so that no long run starts last and leaves the other workers idle.
+    groups: dict[str, list[pytest.Item]] = {}
+    for item in items:
+        groups.setdefault(item.get_closest_marker("xdist_group").args[0], []).append(item)
+
+    def first(group: str) -> tuple[bool, int]:
+        long_runs = group in SHARED_FIXTURES + ("slurm_cluster",) or any(
+            item.get_closest_marker("heavy") for item in groups[group])
+        return not long_runs, -len(groups[group])
+
+    items[:] = [item for group in sorted(groups, key=first) for item in groups[group]]
 
 
 @pytest.fixture(scope="session")

@@ -9,8 +9,10 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 import urllib.error
@@ -130,12 +132,23 @@ def test_the_rehearsal_reaches_scores_through_slurm_docker_and_the_strict_teache
     pytest.importorskip("snakemake_executor_plugin_slurm")
     pytest.importorskip("docker", reason="the docker SDK is not installed")
     env = {k: v for k, v in os.environ.items() if k not in ("SLURM_CONF", "DOCKER_HOST", "OPENAI_API_KEY")}
+    # A SLURM test cluster of its own (scratch directory and ports), so that the rehearsal runs beside
+    # tests/workflow/test_slurm.py's, which starts and stops the default one. A short path: munged's socket lives
+    # in it, and a Unix socket's path holds at most 107 bytes.
+    cluster = Path(tempfile.mkdtemp(prefix="gf-slurm-", dir="/tmp"))
     env.update(HF_HUB_OFFLINE="1", HF_DATASETS_OFFLINE="1", GYMFORGE_PYTHON=sys.executable,
-               GYMFORGE_REHEARSAL_DIR=str(tmp_path))
+               GYMFORGE_REHEARSAL_DIR=str(tmp_path), GYMFORGE_SLURM_DIR=str(cluster),
+               GYMFORGE_SLURMCTLD_PORT="6827", GYMFORGE_SLURMD_PORT="6828")
+    env.pop("GYMFORGE_SLURM_KEEP", None)  # the script stops the cluster it started
     env.pop("GYMFORGE_TRACKING", None)  # as a user runs it: paper-scale's tracker (trackio, offline)
     started = time.monotonic()
-    proc = subprocess.run([str(REPO / "scripts" / "rehearsal.sh")], capture_output=True, text=True, timeout=3000,
-                          env=env)
+    try:
+        proc = subprocess.run([str(REPO / "scripts" / "rehearsal.sh")], capture_output=True, text=True,
+                              timeout=3000, env=env)
+    finally:
+        subprocess.run([str(REPO / "scripts" / "slurm_cluster.sh"), "stop"], capture_output=True, timeout=120,
+                       env=env, check=False)
+        shutil.rmtree(cluster, ignore_errors=True)
     elapsed = time.monotonic() - started
     if proc.returncode == SKIP:
         reasons = [line for line in proc.stderr.splitlines() if "SKIP" in line]
