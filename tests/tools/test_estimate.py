@@ -196,6 +196,33 @@ def test_shard_gpu_hours_follow_whether_the_tasks_code_needs_a_gpu() -> None:
     assert r["plan"]["shard_gpus"] == 1 and r["plan"]["shards"] == pytest.approx(100 * 0.5 * 2)
 
 
+def test_verification_and_micro_gpu_hours_follow_the_tasks_gpu_request() -> None:
+    """A slot's verification job and micro task ask for the GPUs its shards get (runtime.resources.verification and
+    micro: trajectories.gpus for a task whose code needs a GPU, else none): the estimate charges them for their wall
+    time on GPU tasks and charges nothing for CPU tasks."""
+    d = {k: DEFAULTS[k].value for k in ("verification_calls_per_item", "llm_s_per_call", "rollout_exec_s_per_step",
+                                         "micro_exec_steps_per_item", "code_ok_per_slot", "verified_per_slot")}
+    gpu_tasks = {"topics": {"n": 100, "kind": "post_training"}, "post_training": {"base_model": "Qwen/Qwen3-0.6B-Base"}}
+    r = estimate(cfg_with(**gpu_tasks, trajectories={"gpus": 2}))
+    verification, micro = stage(r, "verification"), stage(r, "micro")
+    verification_wall_h = d["verification_calls_per_item"] * (d["llm_s_per_call"] + d["rollout_exec_s_per_step"]) / 3600
+    assert verification["gpu_hours"] == pytest.approx(100 * d["code_ok_per_slot"] * 2 * verification_wall_h)
+    assert micro["items"] == pytest.approx(100 * d["verified_per_slot"])  # one micro task per verified task
+    assert micro["gpu_hours"] == pytest.approx(
+        micro["items"] * 2 * d["micro_exec_steps_per_item"] * d["rollout_exec_s_per_step"] / 3600)
+    assert "2 GPU each: GPU tasks" in verification["note"] and "2 GPU each: GPU tasks" in micro["note"]
+    # CPU tasks (research tasks; post-training on the CPU base): the jobs ask for no GPU, even with trajectories.gpus
+    for cpu_tasks in ({"topics": {"n": 100}}, {"topics": {"n": 100, "kind": "post_training"}}):
+        r = estimate(cfg_with(**cpu_tasks, trajectories={"gpus": 2}))
+        assert stage(r, "verification")["gpu_hours"] == 0 and stage(r, "micro")["gpu_hours"] == 0
+        assert stage(r, "micro")["items"] > 0 and stage(r, "micro")["cpu_hours"] > 0
+    # RL on the verified tasks themselves builds no micro tasks; rl.tasks limits them to those slots
+    r = estimate(cfg_with(**gpu_tasks, trajectories={"gpus": 1}, rl={"tasks_from": "environments"}))
+    assert stage(r, "micro")["items"] == 0 and stage(r, "micro")["gpu_hours"] == 0
+    r = estimate(cfg_with(**gpu_tasks, trajectories={"gpus": 1}, rl={"tasks": ["t0001", "t0002", "t0003"]}))
+    assert stage(r, "micro")["items"] == 3 and stage(r, "micro")["gpu_hours"] > 0
+
+
 def test_request_examples_train_every_request_and_auto_follows_the_longest_trajectory() -> None:
     """Under `sft.example_unit: request` each teacher reply is an example holding the request before it, so the
     SFT trains more tokens than one conversation per trajectory; `auto` picks `request` only when the student's

@@ -1,8 +1,8 @@
 """`gymforge estimate`: what a config will cost before anything runs.
 
 Per stage it projects LLM calls, prompt, completion and reasoning tokens, cost (at the config's prices), GPU-hours
-(what the jobs declare: rollout shards x `trajectories.gpus` x shard wall when the tasks' code needs a GPU, training,
-served models in evaluation) and CPU-hours of the jobs that run task code in the sandbox. Counts come from the config by arithmetic (the same
+(what the jobs declare: verification jobs, micro tasks and rollout shards x `trajectories.gpus` x their wall when
+the tasks' code needs a GPU, training, RL, served models in evaluation) and CPU-hours of the jobs that run task code in the sandbox. Counts come from the config by arithmetic (the same
 formulas the Snakefile uses: ceil(n / batch_size) topic batches, ceil(per_task / shard_size) shards per task,
 models x tasks x runs_per_task evaluation runs), never from a Snakemake DAG, so a paper-scale plan (hundreds of
 thousands of jobs) is priced in well under a second.
@@ -23,13 +23,15 @@ Reasoning tokens: a reasoning teacher (OpenAI's o-series and GPT-5 class, by the
 visible completion tokens are multiplied by `reasoning_per_completion` (hidden per visible token; from the pilot's
 ledger, else MLGym's o-series runs; `--reasoning-ratio` sets it, 0 prices none).
 
-GPU tasks: a rollout shard asks for `trajectories.gpus` only when its task's code needs a GPU
-(`gymforge.runtime.resources.needs_gpu`, the rule the shard's `resources:` apply). Tasks do not exist yet, so the
-estimate applies that rule to the tasks the config can generate (`task_gpus`): the entrypoints the teacher is offered
+GPU tasks: a slot's verification job, its micro task and its rollout shards ask for `trajectories.gpus` only when
+its task's code needs a GPU (their `resources:` call `gymforge.runtime.resources.verification`, `micro` and `shard`,
+which read the slot's record with `record_gpus`). Tasks do not exist yet, so the estimate hands `record_gpus` the
+record of each task the config can generate (`task_gpus`): the entrypoints the teacher is offered
 (`gymforge.stages.generation.TEACHER_ENTRYPOINTS`, never LMSubmissionTasks) and, for `topics.kind: post_training`,
 `post_training.base_model` or else a task spec's default base (the CPU build; the teacher is not asked to pick one).
-Research tasks and post-training tasks on the CPU base thus get no shard GPU-hours; post-training tasks on a GPU base
-get them for every shard.
+Research tasks and post-training tasks on the CPU base thus get no GPU-hours in those stages; post-training tasks on
+a GPU base get them for every verification job (the teacher episode and its repairs: a teacher call and a run of the
+task's code each), micro task (`micro_exec_steps_per_item` runs of its code, no teacher) and shard.
 
 Known limits: prices of served students are $0 (their cost is GPU time); steps per rollout are capped at the
 config's `max_steps` (+1 for the auto-submission) but never extrapolated upward; the generation stages' per-call
@@ -54,7 +56,7 @@ from gymforge.core.config import EndpointConfig, GymforgeConfig, Price, layered_
 from gymforge.rl.memory import advice, params_of, rl_update_memory
 from gymforge.benchmark.suite import SUITES, BenchmarkError, mlgym_tasks
 from gymforge.core.plan import SERVED_SOURCES
-from gymforge.runtime.resources import needs_gpu
+from gymforge.runtime.resources import SPEC_FILE, record_gpus
 from gymforge.stages.generation import TEACHER_ENTRYPOINTS
 from gymforge.stages.sft import resolve_unit
 from gymforge.tasks.posttraining import PostTrainingSpec
@@ -203,7 +205,10 @@ def _reasoning(cfg: GymforgeConfig, c: Constants, option: float | None) -> dict[
 
 
 def _generation_stages(cfg: GymforgeConfig, c: Constants) -> tuple[list[StageEstimate], dict[str, float]]:
-    """Topics and the per-slot stages (proposals, configs, code, verification), and the plan's counts."""
+    """Topics and the per-slot stages (proposals, configs, code, verification), and the plan's counts. A verification
+    job holds `task_gpus` GPUs (what `resources.verification` asks for the slot's task) for its wall time: its
+    teacher calls, each followed by a run of the task's code (an episode step, or the baseline and evaluation again
+    after a repair)."""
     n = cfg.topics.n
     # topics: batch b lists every topic kept before it in its prompt
     batches = plan.n_batches(cfg)
@@ -231,18 +236,32 @@ def _generation_stages(cfg: GymforgeConfig, c: Constants) -> tuple[list[StageEst
         if name in ("code", "verification"):
             st.cpu_hours = items * c(f"{name}_cpu_s_per_item") / 3600
         st.note = f"-> {out_of[name]:,.0f} ok" + (" (verified tasks)" if name == "verification" else "")
+        if name == "verification":
+            gpus, why = task_gpus(cfg)
+            job_wall_s = c("verification_calls_per_item") * (c("llm_s_per_call") + c("rollout_exec_s_per_step"))
+            st.gpu_hours = items * gpus * job_wall_s / 3600
+            st.note += f"; {items:,.0f} jobs of ~{job_wall_s / 3600:.2f} h, {gpus} GPU each: {why}"
         stages.append(st)
     return stages, {"topic_batches": batches, "kept_topics": kept_topics, "verified_tasks": out_of["verification"]}
 
 
+def _planned_record(entrypoint: str, base: str | None) -> dict[str, Any]:
+    """The starter-code record of a generated task as `resources.record_gpus` reads it: its entrypoint and, for a
+    post-training task (`base` not None), the post_training.yaml naming its base."""
+    files = {f"mlgym/{SPEC_FILE}": yaml.safe_dump({"base_model": base})} if base is not None else {}
+    return {"status": "ok", "entrypoint": entrypoint, "files": files}
+
+
 def task_gpus(cfg: GymforgeConfig) -> tuple[int, str]:
-    """GPUs a generated task's rollout shard asks for, and why: `trajectories.gpus` when the tasks the config can
-    generate need a GPU by the workflow's rule (`needs_gpu`) applied to the entrypoints the teacher is offered and, for
-    post-training topics, the base they post-train (`post_training.base_model`, else a task spec's default), else 0.
-    Should only some of them need one, every shard is counted as asking (an upper bound)."""
+    """GPUs a generated task's verification job, micro task and rollout shards ask for, and why: what the workflow's
+    `resources.record_gpus` gives (`trajectories.gpus` for a task whose code needs a GPU, else 0) for the tasks the
+    config can generate: the entrypoints the teacher is offered and, for post-training topics, the base they
+    post-train (`post_training.base_model`, else a task spec's default). Should only some of them need one, every job
+    is counted as asking (an upper bound)."""
     spec_default = PostTrainingSpec.model_fields["base_model"].default
     base = spec_default if cfg.topics.kind == "post_training" else None
-    gpu_kinds = [e for e in TEACHER_ENTRYPOINTS if needs_gpu(cfg, e, base)]
+    asks = {e: record_gpus(cfg, _planned_record(e, base)) for e in TEACHER_ENTRYPOINTS}
+    gpu_kinds = [e for e, gpus in asks.items() if gpus]
     if cfg.topics.kind == "post_training":
         chosen = (f"post_training.base_model {cfg.post_training.base_model}" if cfg.post_training.base_model else
                   f"each task's own base, assumed the spec's default {spec_default} (post_training.base_model unset)")
@@ -254,7 +273,7 @@ def task_gpus(cfg: GymforgeConfig) -> tuple[int, str]:
     if not gpu_kinds:
         return 0, f"CPU tasks: {what}"
     bound = "" if len(gpu_kinds) == len(TEACHER_ENTRYPOINTS) else " (an upper bound: only some tasks may need one)"
-    return cfg.trajectories.gpus, f"GPU tasks: {what}{bound}"
+    return max(asks.values()), f"GPU tasks: {what}{bound}"
 
 
 def _trajectories_stage(cfg: GymforgeConfig, c: Constants, verified: float) -> StageEstimate:
@@ -326,6 +345,27 @@ def _sft_and_training(cfg: GymforgeConfig, c: Constants, rollouts: float) -> tup
         st.note = f"{train.student}: {train_tokens / 1e6:,.1f}M tokens on CPU (train.gpus = 0: no GPU-hours)"
     return [sft, st], {"kept_trajectories": kept, "sft_examples": examples, "train_tokens": train_tokens,
                        "params": params}
+
+
+def _micro_stage(cfg: GymforgeConfig, c: Constants, verified: float) -> StageEstimate:
+    """The micro-scale variants RL trains on (`rl.tasks_from: micro`): one micro_task job per verified task of the RL
+    slots (`rl.tasks`, else every verified one), each holding `task_gpus` GPUs (what `resources.micro` asks for the
+    slot's task) while it runs the task's code `micro_exec_steps_per_item` times (no teacher). CPU-h: a
+    verification job's CPU time (`verification_cpu_s_per_item`), an upper bound: the same check on less data, without
+    the teacher's episode."""
+    rl = cfg.rl
+    jobs = 0.0 if rl.tasks_from != "micro" else min(len(rl.tasks), verified) if rl.tasks else verified
+    st = StageEstimate("micro", jobs, "tasks")
+    if rl.tasks_from != "micro":
+        st.note = "rl.tasks_from is environments: RL trains on the verified tasks themselves, no micro tasks"
+        return st
+    gpus, why = task_gpus(cfg)
+    job_wall_s = c("micro_exec_steps_per_item") * c("rollout_exec_s_per_step")
+    st.gpu_hours = jobs * gpus * job_wall_s / 3600
+    st.cpu_hours = jobs * c("verification_cpu_s_per_item") / 3600
+    st.note = (f"{jobs:,.0f} micro tasks ({'rl.tasks' if rl.tasks else 'every verified task'}) of ~"
+               f"{job_wall_s / 3600:.2f} h, {gpus} GPU each: {why}")
+    return st
 
 
 def _rl_stage(cfg: GymforgeConfig, c: Constants, verified: float, params: float | None
@@ -427,7 +467,8 @@ def estimate(cfg: GymforgeConfig, measured: Measured | None = None, *,
     stages += sft_training
     rl, rl_memory, warnings = _rl_stage(cfg, c, verified, trained["params"])
     ev, per_model = _evaluate_stage(cfg, c, reasoning["ratio"])
-    stages += [rl, ev]  # served models cost no API money; the evaluation priced each API model itself
+    # served models cost no API money; the evaluation priced each API model itself
+    stages += [_micro_stage(cfg, c, verified), rl, ev]
 
     totals = {k: sum(getattr(s, k) for s in stages) for k in
               ("calls", "prompt_tokens", "completion_tokens", "reasoning_tokens", "cost_usd", "gpu_hours", "cpu_hours")}
