@@ -120,7 +120,7 @@ def score_table(cfg: GymforgeConfig, records: list[Path], *, aup_out: Path, scor
                 "scored as usual; evaluate.exclude_gameable: true leaves them out")
         notes = (f"\n\nGameable evaluators (a knowledge-free degenerate submission beat the baseline): "
                  f"{', '.join(gameable)}: {what}")
-    head = f"{suite} benchmark: {len(tasks)} tasks ({', '.join(tasks)})\n"
+    head = f"{suite} benchmark: {len(tasks)} task{'' if len(tasks) == 1 else 's'} ({', '.join(tasks)})\n"
     return head + render(text, quality) + "\n\n" + render_intervals(boot) + notes
 
 
