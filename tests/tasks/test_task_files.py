@@ -8,7 +8,14 @@ import pytest
 from test_mlgym import mlgym_load
 
 from gymforge.llm.codeblocks import parse_files
-from gymforge.tasks.files import ConfigBundle, TaskValidationError, validate_code_files, validate_config_files, write_task_tree
+from gymforge.tasks.files import (
+    TEACHER_ENTRYPOINTS,
+    ConfigBundle,
+    TaskValidationError,
+    validate_code_files,
+    validate_config_files,
+    write_task_tree,
+)
 
 COLUMNS = {"species", "island", "bill_length_mm", "bill_depth_mm", "flipper_length_mm", "body_mass_g", "sex", "year"}
 
@@ -166,6 +173,21 @@ def test_policy_errors(configs: dict[str, str]) -> None:
     errors = "\n".join(errors_of(validate_config_files, configs))
     assert "'src/evaluate.py' must be under data/penguinSpecies/" in errors
     assert "baseline_scores must be empty" in errors
+
+
+@pytest.mark.parametrize("entrypoint", ["LMSubmissionTasks", "TorchrunTasks"])
+def test_generated_task_entrypoint_is_one_the_teacher_may_use(configs: dict[str, str], entrypoint: str) -> None:
+    """A draft claiming LMSubmissionTasks (whose scorer runs on the agent's whole workspace beside the answers) or an
+    entrypoint MLGym has no class for is refused with the allowed ones named; one of those passes unchanged."""
+    path = "configs/tasks/penguinSpecies.yaml"
+    configs[path] = configs[path].replace("task_entrypoint: CSVSubmissionTasks", f"task_entrypoint: {entrypoint}")
+    errors = errors_of(validate_config_files, configs)
+    [rule] = [e for e in errors if "a generated task's task_entrypoint must be one of" in e]
+    assert rule.startswith(path) and all(allowed in rule for allowed in TEACHER_ENTRYPOINTS)
+    assert "LMSubmissionTasks" not in TEACHER_ENTRYPOINTS and (entrypoint != "LMSubmissionTasks" or
+                                                               "not 'LMSubmissionTasks'" in rule)
+    configs[path] = configs[path].replace(f"task_entrypoint: {entrypoint}", "task_entrypoint: PythonSubmissionTasks")
+    assert validate_config_files(configs).task.task_entrypoint == "PythonSubmissionTasks"
 
 
 def test_exactly_one_task_config(configs: dict[str, str]) -> None:

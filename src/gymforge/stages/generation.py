@@ -18,22 +18,21 @@ from gymforge.tasks import posttraining
 from gymforge.tasks.coherence import stated_metric
 from gymforge.tasks.files import (
     GENERIC_PACKAGES,
+    TEACHER_ENTRYPOINTS,
     TaskValidationError,
     validate_code_files,
     validate_config_files,
     write_task_tree,
 )
 
-ENTRYPOINTS = ["CSVSubmissionTasks", "ModelSubmissionTasks", "PythonSubmissionTasks", "LMSubmissionTasks"]
+# What a task of each entrypoint the teacher may use (TEACHER_ENTRYPOINTS) submits, as the code prompt says.
+# validate_config_files refuses any other entrypoint (LMSubmissionTasks), so a generated task's code needs a GPU only
+# when it post-trains a GPU base (gymforge.runtime.resources.needs_gpu).
 ARTEFACTS = {
     "CSVSubmissionTasks": ("submission.csv file in the workspace", "--submission_file <path>"),
     "ModelSubmissionTasks": ("trained model plus one YAML config in the workspace that points at it", "--config_fname <yaml>"),
     "PythonSubmissionTasks": ("Python module that the evaluation imports", ""),
-    "LMSubmissionTasks": ("language-model checkpoint, evaluated with torchrun", ""),
 }
-# The entrypoints the teacher may give a task: never LMSubmissionTasks (a CUDA-only torchrun task), so a generated
-# task's code needs a GPU only when it post-trains a GPU base (gymforge.runtime.resources.needs_gpu).
-TEACHER_ENTRYPOINTS = ENTRYPOINTS[:3]
 
 
 class GenerationFailed(Exception):
@@ -174,7 +173,12 @@ def draft_code(cfg: GymforgeConfig, slot: str, configs: GenerationRecord, propos
                runtime_errors: list[str] | None = None) -> GenerationRecord:
     """Stage 2 of generation. With `previous` and `runtime_errors`, the teacher repairs code that failed to run."""
     dataset = proposal.dataset
-    bundle = validate_config_files(configs.files)
+    try:
+        bundle = validate_config_files(configs.files)
+    except TaskValidationError as err:  # configs recorded before a rule they break: no code is drafted for them
+        return GenerationRecord(item=slot, status="discarded", reason_code="invalid_config", task_id=configs.task_id,
+                                entrypoint=configs.entrypoint, dataset_id=configs.dataset_id,
+                                reason="task configs invalid: " + "; ".join(err.errors))
     task = bundle.task
     artefact, eval_args = ARTEFACTS[task.task_entrypoint]
     messages = [

@@ -39,6 +39,12 @@ GENERIC_PACKAGES = (
     "numpy", "pandas", "scipy", "torch", "scikit-learn", "tqdm", "datasets", "gymnasium", "transformers",
     "matplotlib", "torchvision",
 )
+# The entrypoints a generated task may use: the one allow-list, offered to the teacher (write_configs.j2) and checked
+# on every config draft. Never LMSubmissionTasks: its scorer runs on a copy of the agent's whole workspace beside the
+# answers, where an LM evaluator loads the agent's checkpoint (gymforge.tasks.scoring), no evaluator probe covers it,
+# and it needs CUDA under torchrun. LM tasks come only from suites gymforge did not generate (MLGym-Bench's
+# languageModelingFineWeb).
+TEACHER_ENTRYPOINTS = ("CSVSubmissionTasks", "ModelSubmissionTasks", "PythonSubmissionTasks")
 _CONFIG_PATH = re.compile(r"configs/(tasks|datasets)/([^/]+)\.yaml")
 _VERSION = r"(?:===|==|!=|~=|>=|<=|>|<)\s*[A-Za-z0-9.*+!_-]+"
 _REQUIREMENT = re.compile(
@@ -143,8 +149,13 @@ def _without_invalid_fields(text: str, stem: str) -> tuple[TaskConfig | None, se
 
 
 def _task_policy_errors(task: TaskConfig, label: str, invalid: set[str]) -> list[str]:
-    """What gymforge requires of a generated task on top of MLGym's own rules; `invalid` fields are skipped."""
+    """What gymforge requires of a generated task on top of MLGym's own rules; `invalid` fields are skipped (but for
+    an invalid entrypoint, which is told the allowed ones)."""
     errors = []
+    if "task_entrypoint" in invalid or task.task_entrypoint not in TEACHER_ENTRYPOINTS:
+        got = "" if "task_entrypoint" in invalid else f", not {task.task_entrypoint!r}"
+        errors.append(f"{label}: a generated task's task_entrypoint must be one of {', '.join(TEACHER_ENTRYPOINTS)}{got}"
+                      " (LMSubmissionTasks is only for suites gymforge did not generate)")
     data_dir = f"data/{task.id}/"
     if "starter_code" in invalid:
         return errors
