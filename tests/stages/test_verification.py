@@ -192,3 +192,73 @@ def test_still_gameable_task_is_discarded_as_gameable_evaluator(sloppy_task):
     assert report.status == "discarded" and report.reason_code == "gameable_evaluator"
     assert "gameable" in report.reason
     assert not any((root / "gameable" / "environments" / "t0000" / "verified").iterdir())
+
+
+# -- a generated Python task whose evaluator imports the submission itself -----------------------------------------
+
+# The agent's coloring.py when the scorer imports it in its own process: it reads the held-out graphs, writes a perfect
+# score (and an answer, as a metric the agent is shown) where score.py's metrics go, and ends the scorer before the
+# evaluator computes anything.
+COUNTERFEIT = '''
+import json, os
+graphs = json.load(open(os.path.join(os.environ["GYMFORGE_SECRETS"], "test_graphs.json")))
+argv = open("/proc/self/cmdline", "rb").read().decode().split("\\0")
+out = argv[next(i for i, a in enumerate(argv) if a.endswith("score.py")) + 1]
+for name, text in (("stdout", json.dumps({"colors": 1.0, "answer_n0": graphs[0]["n"]})),
+                   ("status.json", json.dumps({"exit": 0, "error": None}))):
+    with open(os.path.join(out, name), "w") as f:
+        f.write(text)
+os._exit(0)
+'''
+
+
+def _coloring_tree(dest, direct: bool):
+    """The built-in graphColoring task as a generated tree; `direct`: its evaluate.py imports coloring itself, as
+    MLGym's evaluators do, instead of through gymforge_eval."""
+    import shutil
+
+    from attacks.harness import BUILTIN
+
+    (dest / "configs" / "tasks").mkdir(parents=True)
+    shutil.copy(BUILTIN / "configs" / "tasks" / "graphColoring.yaml", dest / "configs" / "tasks")
+    shutil.copytree(BUILTIN / "data" / "graphColoring", dest / "data" / "graphColoring")
+    if direct:
+        script = dest / "data" / "graphColoring" / "evaluate.py"
+        lines = script.read_text().splitlines(keepends=True)
+        start = next(i for i, line in enumerate(lines) if line.startswith("try:"))
+        text = "".join(lines[:start] + ["from importlib import import_module as import_submission\n"]
+                       + lines[start + 4:])
+        assert "gymforge_eval" not in text and "import_submission(\"coloring\")" in text
+        script.write_text(text)
+    return dest
+
+
+def test_an_evaluator_that_imports_the_submission_lets_it_counterfeit_the_score(tmp_path):
+    """Why verification refuses such a task: scored as MLGym scores (the agent's module in the scorer's process), the
+    agent's code reads the answers and hands in any score it likes, shown back to the agent."""
+    env = TaskEnvironment(_coloring_tree(tmp_path / "tree", direct=True) / "configs" / "tasks" / "graphColoring.yaml",
+                          root=tmp_path / "tree", sandbox=get_sandbox("local"), run_dir=tmp_path / "run")
+    env.install()
+    assert not env.isolated
+    (env.workspace / "coloring.py").write_text(COUNTERFEIT)
+    metrics, _ = env.evaluate()
+    first_n = json.loads((tmp_path / "tree" / "data" / "graphColoring" / "test_graphs.json").read_text())[0]["n"]
+    assert metrics == {"colors": 1.0, "answer_n0": first_n}  # baseline 5.67: lower is better
+
+
+@pytest.mark.parametrize("direct", [True, False], ids=["imports-the-submission", "through-gymforge_eval"])
+def test_verification_refuses_a_task_whose_scorer_would_run_the_agents_code(tmp_path, direct):
+    from gymforge.core.config import GymforgeConfig
+    from gymforge.core.records import VerificationIteration
+    from gymforge.stages.verification import check_baseline
+
+    tree = _coloring_tree(tmp_path / "tree", direct)
+    it = VerificationIteration(iteration=1, source="generation", task_id="graphColoring")
+    checked = check_baseline(GymforgeConfig(results_dir=str(tmp_path / "results")), tree, tmp_path / "run", None, it)
+    if direct:  # refused before its baseline runs, with the reason the teacher's repair prompt carries
+        assert checked is None and not it.baseline_scores
+        [error] = it.errors
+        assert "does not use gymforge_eval" in error and "beside the answers" in error and "import_submission" in error
+    else:  # the same task through the channel is verified as before
+        assert checked is not None, it.errors
+        assert it.baseline_scores == {"colors": pytest.approx(5.666667)}

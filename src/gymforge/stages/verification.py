@@ -54,9 +54,29 @@ def tree_gpus(cfg: GymforgeConfig, tree: Path) -> int:
     return cfg.trajectories.gpus if tree_needs_gpu(cfg, tree) else 0
 
 
+def runs_agent_code_beside_answers(env) -> str | None:
+    """Why the installed generated task `env` would be scored with the agent's code in the scorer's sandbox, beside the
+    answers (None: it would not). A Python or model task whose evaluation script does not reach the submission through
+    `gymforge_eval` is scored as MLGym scores third-party tasks (`Scoring.isolated`, the predicate the scorer itself
+    uses): on a copy of the whole workspace, the agent's module imported into the scorer's process, where it can print
+    any metrics line, exit before the evaluator does, or read /answers. The evaluator probes cannot see this (an honest
+    evaluator that imports the submission itself scores degenerate submissions honestly), so a generated task is
+    refused here, before its baseline runs, and goes back to the teacher with this reason."""
+    entrypoint = env.task.task_entrypoint
+    if entrypoint not in ("PythonSubmissionTasks", "ModelSubmissionTasks") or env.isolated:
+        return None
+    what = "module through `import_submission(\"<module>\")`" if entrypoint == "PythonSubmissionTasks" \
+        else "pickled model through `load_pickle(<path>)`"
+    return (f"the evaluation script {env.task.evaluation_paths[0]} does not use gymforge_eval, so the agent's code "
+            "would run inside the scorer's process, beside the answers, and could print a counterfeit score or read "
+            f"them; reach the submission's {what} from gymforge_eval, with the ImportError fallback for MLGym "
+            "(`try: from gymforge_eval import import_submission, load_pickle` / `except ImportError: ...`)")
+
+
 def check_baseline(cfg: GymforgeConfig, tree: Path, run_dir: Path, hidden, it: VerificationIteration):
     """Install the task of `tree` in `run_dir`, run its baseline and evaluate the artefact: the part of a
-    verification that needs no teacher (micro tasks reuse it). Errors land in `it.errors`, the time in
+    verification that needs no teacher (micro tasks reuse it). A task the scorer would run with the agent's code beside
+    the answers is refused first (`runs_agent_code_beside_answers`). Errors land in `it.errors`, the time in
     `it.timings_s["baseline"]`; returns (environment, BaselineReport), or None on an error."""
     started = time.monotonic()
     # the task's GPUs as its rollouts will have them: trajectories.gpus for a task whose code needs a GPU, else none
@@ -65,7 +85,11 @@ def check_baseline(cfg: GymforgeConfig, tree: Path, run_dir: Path, hidden, it: V
     env = runner.environment(_task_yaml(tree), root=tree, run_dir=run_dir, hidden_columns=hidden)
     try:
         env.install()
-        report = env.run_baseline()
+        refused = runs_agent_code_beside_answers(env)
+        if refused is None:
+            report = env.run_baseline()
+        else:
+            it.errors.append(refused)
     except BaselineFailed as err:
         it.errors.append(f"running the baseline failed: {err}\noutput tail:\n{_tail(err.result.output)}")
     except (SubmissionNotFound, EvaluationFormatError) as err:
