@@ -27,7 +27,7 @@ GPU tasks: a slot's verification job, its micro task and its rollout shards ask 
 its task's code needs a GPU (their `resources:` call `gymforge.runtime.resources.verification`, `micro` and `shard`,
 which read the slot's record with `record_gpus`). Tasks do not exist yet, so the estimate hands `record_gpus` the
 record of each task the config can generate (`task_gpus`): the entrypoints the teacher is offered
-(`gymforge.stages.generation.TEACHER_ENTRYPOINTS`, never LMSubmissionTasks) and, for `topics.kind: post_training`,
+(`gymforge.tasks.files.TEACHER_ENTRYPOINTS`, never LMSubmissionTasks) and, for `topics.kind: post_training`,
 `post_training.base_model` or else a task spec's default base (the CPU build; the teacher is not asked to pick one).
 Research tasks and post-training tasks on the CPU base thus get no GPU-hours in those stages; post-training tasks on
 a GPU base get them for every verification job (the teacher episode and its repairs: a teacher call and a run of the
@@ -57,7 +57,7 @@ from gymforge.rl.memory import advice, params_of, rl_update_memory
 from gymforge.benchmark.suite import SUITES, BenchmarkError, mlgym_tasks
 from gymforge.core.plan import SERVED_SOURCES
 from gymforge.runtime.resources import SPEC_FILE, record_gpus
-from gymforge.stages.generation import TEACHER_ENTRYPOINTS
+from gymforge.tasks.files import TEACHER_ENTRYPOINTS
 from gymforge.stages.sft import resolve_unit
 from gymforge.tasks.posttraining import PostTrainingSpec
 from gymforge.tools.pilot import Measured, has_data, measure
