@@ -9,6 +9,7 @@ Host-side code never follows a path the agent controls: every read and copy of t
 
 from __future__ import annotations
 
+import ast
 import builtins
 import hashlib
 import json
@@ -143,6 +144,24 @@ def _read_out(out: Path) -> tuple[str, dict[str, Any] | None]:
     return "".join(texts), status if isinstance(status, dict) else None
 
 
+def imports_gymforge_eval(source: str) -> bool:
+    """Whether the evaluation script `source` imports gymforge_eval (`import gymforge_eval[.x]`, `from gymforge_eval[.x]
+    import ...`, at any nesting), as its syntax tree says: a mention in a comment or a string is not the contract (such
+    a script, importing the submission itself, would be scored on the task's own module). A script that does not parse
+    does not."""
+    try:
+        tree = ast.parse(source)
+    except (SyntaxError, ValueError, RecursionError, MemoryError):  # ValueError: a null byte (Python < 3.12)
+        return False
+
+    def ours(name: str | None) -> bool:
+        return name is not None and (name == "gymforge_eval" or name.startswith("gymforge_eval."))
+
+    return any(isinstance(node, ast.Import) and any(ours(alias.name) for alias in node.names)
+               or isinstance(node, ast.ImportFrom) and node.level == 0 and ours(node.module)
+               for node in ast.walk(tree))
+
+
 class Scoring:
     """The evaluations of one installed task (`installed`); the last one's sandbox runs are kept for the caller."""
 
@@ -158,13 +177,14 @@ class Scoring:
     def isolated(self) -> bool:
         """Whether the evaluation follows gymforge's contract: nothing of the agent's code runs where the
         answers are (CSV tasks, whose artefact is data, and evaluators that reach the submission through
-        `gymforge_eval`). Otherwise it runs as MLGym runs it, agent code in the scorer's process."""
+        `gymforge_eval`, `imports_gymforge_eval`). Otherwise it runs as MLGym runs it, agent code in the scorer's
+        process."""
         task = self.installed.task
         if task.task_entrypoint == "CSVSubmissionTasks":
             return True
         script = self.installed.root / self.installed.layout().get(task.evaluation_paths[0], task.evaluation_paths[0])
         try:
-            return "gymforge_eval" in script.read_text(errors="replace")
+            return imports_gymforge_eval(script.read_text(errors="replace"))
         except OSError:
             return False
 
