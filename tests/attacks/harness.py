@@ -68,6 +68,8 @@ ENTRIES = {
     "csv": Entry("csv", BUILTIN, "blobClustering", 0, "python baseline.py", None, "ari", 1.0, "test_labels.csv"),
     "python": Entry("python", BUILTIN, "graphColoring", 0, None, "coloring", "colors", 1.0, "test_graphs.json"),
     "model": Entry("model", FIXTURES, "polyModel", 0, "python baseline.py", "model", "mse", 0.0, "heldout.csv"),
+    # The built-in model task: its model is a YAML config the evaluator reads itself, no agent code to submit.
+    "kde": Entry("kde", BUILTIN, "kernelDensityBandwidth", 0, "python baseline.py", None, "nll", 0.0, "heldout.csv"),
     "lm": Entry("lm", FIXTURES, "bigramLM", 1, "python baseline.py", "lm", "val_loss", 0.0, "heldout.txt"),
 }
 

@@ -82,6 +82,25 @@ def test_the_suite_spans_entrypoints_directions_and_families() -> None:
     assert all(t.root == builtin_root() and t.benchmark == "builtin" and t.keywords and t.datasets for t in tasks)
 
 
+# Built-in tasks scored MLGym's way (agent code importable in the scorer, beside the answers), each with its reason.
+# Empty: every built-in evaluator is under the contract; an entry here must say why it cannot be.
+NOT_ISOLATED: dict[str, str] = {}
+SHIPPED_YAMLS = sorted((builtin_root() / "configs" / "tasks").glob("*.yaml"))
+
+
+@pytest.mark.parametrize("yaml_path", SHIPPED_YAMLS, ids=[p.stem for p in SHIPPED_YAMLS])
+def test_every_shipped_task_is_scored_under_the_evaluation_contract(yaml_path: Path, tmp_path: Path) -> None:
+    """Every task YAML shipped with the built-in suites (post-training ones too) is scored as docs/integrity.md
+    promises: a CSV task, or an evaluator that imports gymforge_eval (`Scoring.isolated`). Otherwise the scorer would
+    import the agent's yaml.py or numpy/ beside /answers and take whatever metrics it prints
+    (tests/sandbox/test_attacks.py::test_shadowed_imports[kde-local] counterfeited nll 0.0 that way)."""
+    env = TaskEnvironment(yaml_path, root=builtin_root(), sandbox=get_sandbox("local"), run_dir=tmp_path / "run")
+    assert env.task.id == yaml_path.stem
+    assert env.isolated != (env.task.id in NOT_ISOLATED), (
+        f"{env.task.id}: its evaluator does not import gymforge_eval, so the scorer runs agent code beside the answers"
+        if not env.isolated else f"{env.task.id} is isolated now: remove it from NOT_ISOLATED")
+
+
 @pytest.mark.parametrize("task_id", IDS)
 def test_every_task_loads_with_the_mlgym_loader_and_documents_itself(task_id: str) -> None:
     task = TASKS[task_id]

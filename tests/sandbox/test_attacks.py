@@ -3,8 +3,9 @@ held-out answers, or read or change host files, on every entrypoint and on the l
 backends.
 
 Entrypoints: CSVSubmissionTasks (built-in blobClustering), PythonSubmissionTasks (built-in graphColoring),
-ModelSubmissionTasks (tests/fixtures/attacks polyModel, a pickled model) and LMSubmissionTasks
-(tests/fixtures/attacks bigramLM, under torchrun with gpus=1, i.e. on CPU).
+ModelSubmissionTasks (tests/fixtures/attacks polyModel, a pickled model, and built-in kernelDensityBandwidth, a YAML
+config its evaluator reads itself) and LMSubmissionTasks (tests/fixtures/attacks bigramLM, under torchrun with
+gpus=1, i.e. on CPU).
 
 Every attack asserts that the score equals the honest one (or the evaluation fails cleanly, with an error the
 agent is shown), that no held-out answer reaches anything the agent sees or can read later (shell output,
@@ -262,7 +263,8 @@ def test_artefact_symlinked_to_the_answers(entry_name: str, backend_name: str, b
     answers: at /answers, at the host secrets path, or through /proc/self/root; a hard link is tried too."""
     with episode(entry_name, backend, tmp_path) as ep:
         ep.make_honest()
-        artefact = {"csv": "submission.csv", "python": "coloring.py", "model": "model.pkl", "lm": "model.json"}[entry_name]
+        artefact = {"csv": "submission.csv", "python": "coloring.py", "model": "model.pkl", "kde": "model.yaml",
+                    "lm": "model.json"}[entry_name]
         answers = ep.entry.answers
         for target in [f"/answers/{answers}", f"{secrets_path(ep)}/{answers}", f"/proc/self/root/answers/{answers}",
                        f"/proc/1/root{secrets_path(ep)}/{answers}"]:
@@ -500,7 +502,8 @@ def test_symlink_loops_fifos_and_odd_files_are_observations(entry_name: str, bac
         ep.sh("rm -f huge.txt lines.txt opened.txt; ln -s opened.txt opened.txt")
         for action in ["edit 1:1\nx\nend_of_edit", "insert 0\nx\nend_of_insert", "scroll_down", "goto 1"]:
             assert isinstance(ep.tool(action), str), action
-        artefact = {"csv": "submission.csv", "python": "coloring.py", "model": "config.yaml", "lm": "lm.py"}[entry_name]
+        artefact = {"csv": "submission.csv", "python": "coloring.py", "model": "config.yaml", "kde": "model.yaml",
+                    "lm": "lm.py"}[entry_name]
         for make in [f"rm -f {artefact}; ln -s {artefact} {artefact}", f"rm -f {artefact}; mkfifo {artefact}"]:
             ep.sh(make)
             t0 = time.monotonic()
@@ -520,7 +523,8 @@ def test_sparse_giant_in_the_workspace(entry_name: str, backend_name: str, backe
         t0 = time.monotonic()
         assert_honest(ep.evaluate(timeout=120), honest)
         assert time.monotonic() - t0 < 60
-        artefact = {"csv": "submission.csv", "python": "coloring.py", "model": "model.pkl", "lm": "model.json"}[entry_name]
+        artefact = {"csv": "submission.csv", "python": "coloring.py", "model": "model.pkl", "kde": "model.yaml",
+                    "lm": "model.json"}[entry_name]
         ep.sh(f"truncate -s 40G {artefact} 2>&1")
         assert_honest(ep.evaluate(timeout=120), honest)
         used = int(subprocess.run(["du", "-sk", str(tmp_path)], capture_output=True, text=True, check=True).stdout.split()[0])

@@ -12,6 +12,13 @@ import os
 import numpy as np
 import yaml
 
+try:  # gymforge's evaluation contract: this script runs no agent code (it reads the config as data), so it calls
+    # nothing through gymforge_eval, but importing it puts it under the contract: the scorer starts as `python -I`
+    # and its workspace holds only the config, so no module the agent writes (yaml.py, numpy/) is imported here.
+    import gymforge_eval  # noqa: F401
+except ImportError:  # MLGym: the script's directory is on sys.path, as MLGym always runs it
+    pass
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 # gymforge keeps the held-out draws outside the workspace and names their directory in GYMFORGE_SECRETS;
 # under MLGym they are a workspace file next to this script.
