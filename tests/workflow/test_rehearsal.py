@@ -136,6 +136,7 @@ def test_the_rehearsal_reaches_scores_through_slurm_docker_and_the_strict_teache
     # tests/workflow/test_slurm.py's, which starts and stops the default one. A short path: munged's socket lives
     # in it, and a Unix socket's path holds at most 107 bytes.
     cluster = Path(tempfile.mkdtemp(prefix="gf-slurm-", dir="/tmp"))
+    cluster.chmod(0o755)  # mkdtemp makes it 0700: munged runs as the munge user and keeps its socket and log in it
     env.update(HF_HUB_OFFLINE="1", HF_DATASETS_OFFLINE="1", GYMFORGE_PYTHON=sys.executable,
                GYMFORGE_REHEARSAL_DIR=str(tmp_path), GYMFORGE_SLURM_DIR=str(cluster),
                GYMFORGE_SLURMCTLD_PORT="6827", GYMFORGE_SLURMD_PORT="6828")
