@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import textwrap
 
-from gymforge.runtime.codecheck import check_columns, check_python
+import pytest
+
+from gymforge.runtime.codecheck import check_columns, check_python, imports_gymforge_eval
 
 COLUMNS = {"species", "island", "bill_length_mm", "bill_depth_mm", "flipper_length_mm", "body_mass_g", "sex", "year"}
 
@@ -141,3 +143,34 @@ def test_own_helper_named_like_a_loader_is_not_followed() -> None:
         """
     assert columns(src) == []
     assert len(columns(src.replace("def load_dataset", "def read_pickle"))) == 1
+
+
+# ---- the evaluation contract: an evaluation script that imports gymforge_eval (`imports_gymforge_eval`) ----
+
+FALLBACK = "except ImportError:\n    from importlib import import_module as import_submission\n"
+
+
+@pytest.mark.parametrize("script", [
+    "import gymforge_eval\n",
+    "import json, gymforge_eval as channel\n",
+    "import gymforge_eval.client\n",
+    "from gymforge_eval import import_submission, load_pickle\n",
+    "from gymforge_eval.client import call\n",
+    "try:\n    from gymforge_eval import import_submission\n" + FALLBACK,
+    "def main():\n    if True:\n        import gymforge_eval\n",
+], ids=["import", "import-as", "import-submodule", "from-import", "from-submodule", "try-fallback", "nested"])
+def test_a_script_that_imports_gymforge_eval_is_under_the_contract(script):
+    assert imports_gymforge_eval(script)
+
+
+@pytest.mark.parametrize("script", [
+    "# scored through gymforge_eval\nfrom importlib import import_module as import_submission\n",
+    "'''Reaches the submission through gymforge_eval.'''\nimport coloring\n",
+    "NAME = 'gymforge_eval'\nimport importlib\nimportlib.import_module('coloring')\n",
+    "import gymforge_evaluation\nfrom gymforge_evalkit import x\n",
+    "from .gymforge_eval import import_submission\n",
+    "from gymforge_eval import import_submission\nif True\n",  # the import is there, but the script does not parse
+    "import gymforge_eval\0\n",
+], ids=["comment", "docstring", "string", "other-module", "relative", "syntax-error", "null-byte"])
+def test_a_script_that_only_mentions_gymforge_eval_is_not(script):
+    assert "gymforge_eval" in script and not imports_gymforge_eval(script)

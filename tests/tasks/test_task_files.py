@@ -227,3 +227,21 @@ def test_requirements(configs: dict[str, str], code: dict[str, str]) -> None:
     reqs = "# extra packages\nlightgbm>=4.0\nxgboost[scikit-learn]==2.0.3, !=2.0.1 ; python_version >= '3.9'\n--index-url http://x\nbad package name\n"
     errors = errors_of(validate_code_files, custom, {**code, "data/penguinSpecies/requirements.txt": reqs}, None)
     assert [e.split(":")[1] for e in errors] == ["4", "5"]
+
+
+def test_a_python_tasks_evaluation_script_must_import_gymforge_eval(configs: dict[str, str], code: dict[str, str]) -> None:
+    """Asked for at the draft, before an install: verification would refuse the task anyway, since its scorer would run
+    the agent's module beside the answers. A CSV task's scorer runs no agent code and is not asked."""
+    path = "configs/tasks/penguinSpecies.yaml"
+    assert validate_code_files(validate_config_files(configs), code, COLUMNS) == code  # CSV
+    configs[path] = configs[path].replace("task_entrypoint: CSVSubmissionTasks", "task_entrypoint: PythonSubmissionTasks")
+    python = validate_config_files(configs)
+    evaluation = "data/penguinSpecies/evaluate.py"
+    assert "gymforge_eval" not in code[evaluation]
+    [error] = errors_of(validate_code_files, python, code, COLUMNS)
+    assert error.startswith(f"{evaluation}: the evaluation script must reach the submission through gymforge_eval")
+    commented = {**code, evaluation: "# reached through gymforge_eval\n" + code[evaluation]}
+    assert errors_of(validate_code_files, python, commented, COLUMNS) == [error]
+    channel = {**code, evaluation: "try:\n    import gymforge_eval  # noqa: F401\nexcept ImportError:\n    pass\n"
+               + code[evaluation]}
+    assert validate_code_files(python, channel, COLUMNS) == channel

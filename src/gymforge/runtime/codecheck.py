@@ -1,4 +1,5 @@
-"""Static checks on Python source: errors that would certainly fail at run time, and dataset columns.
+"""Static checks on Python source: errors that would certainly fail at run time, dataset columns, and whether an
+evaluation script imports gymforge_eval (the evaluation contract).
 
 Used on generated starter code and on the agent's `edit` command, so messages name the file and line.
 """
@@ -56,6 +57,24 @@ def check_python(source: str, filename: str) -> list[str]:
             line += f" (missing `{hint}`?)"
         out.append(line)
     return out
+
+
+def imports_gymforge_eval(source: str) -> bool:
+    """Whether the evaluation script `source` imports gymforge_eval (`import gymforge_eval[.x]`, `from gymforge_eval[.x]
+    import ...`, at any nesting), as its syntax tree says: a mention in a comment or a string is not the contract (such
+    a script, importing the submission itself, would be scored on the task's own module). A script that does not parse
+    does not."""
+    try:
+        tree = ast.parse(source)
+    except (SyntaxError, ValueError, RecursionError, MemoryError):  # ValueError: a null byte (Python < 3.12)
+        return False
+
+    def ours(name: str | None) -> bool:
+        return name is not None and (name == "gymforge_eval" or name.startswith("gymforge_eval."))
+
+    return any(isinstance(node, ast.Import) and any(ours(alias.name) for alias in node.names)
+               or isinstance(node, ast.ImportFrom) and node.level == 0 and ours(node.module)
+               for node in ast.walk(tree))
 
 
 Kind = Literal["root", "table"]  # root: maybe a DatasetDict (string keys are splits); table: string keys are columns

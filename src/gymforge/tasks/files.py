@@ -19,7 +19,7 @@ import yaml
 from pydantic import BaseModel, ValidationError
 
 from gymforge.core import atomic
-from gymforge.runtime.codecheck import check_columns, check_python
+from gymforge.runtime.codecheck import check_columns, check_python, imports_gymforge_eval
 from gymforge.core.records import GenerationRecord, ProposalRecord
 from gymforge.tasks.mlgym import (
     PLACEHOLDER,
@@ -260,6 +260,16 @@ def validate_code_files(bundle: ConfigBundle, files: dict[str, str], columns: se
             # A whole starter_code entry that is missing was reported above; this catches files inside a directory entry.
             if source is not None and source not in files and source not in task.starter_code:
                 errors.append(f"{source}: the {role} script (workspace path {path!r}) was not written; write it as a code block starting with '# {source}'")
+
+    # A Python or model task is scored under the evaluation contract only if its evaluation script imports
+    # gymforge_eval (verification refuses it otherwise, `runs_agent_code_beside_answers`): asked for here, before
+    # the task is installed.
+    evaluation = workspace_source(task, task.evaluation_paths[0]) if task.evaluation_paths else None
+    if task.task_entrypoint in ("PythonSubmissionTasks", "ModelSubmissionTasks") and evaluation in files \
+            and not check_python(files[evaluation], evaluation) and not imports_gymforge_eval(files[evaluation]):
+        errors.append(f"{evaluation}: the evaluation script must reach the submission through gymforge_eval "
+                      "(`try: from gymforge_eval import import_submission, load_pickle` / `except ImportError: ...` "
+                      "for MLGym), so that the agent's code never runs in the scorer, beside the answers")
 
     for path, text in files.items():
         if path.endswith(".py"):

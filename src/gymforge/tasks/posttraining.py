@@ -47,6 +47,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from gymforge.agent.errors import EvaluationFormatError, SubmissionNotFound
 from gymforge.core import atomic
+from gymforge.runtime.codecheck import imports_gymforge_eval
 from gymforge.runtime.cpus import cpu_threads
 from gymforge.core.config import GymforgeConfig, ReferenceSftConfig
 from gymforge.core.dedup import words
@@ -245,7 +246,7 @@ def load(root: Path, task: TaskConfig, layout: Mapping[str, str], *, base_model:
                                 f"secret_files ({sorted(names)}): the held-out answers never enter the workspace")
     script = root / layout.get(task.evaluation_paths[0], task.evaluation_paths[0]) if task.evaluation_paths else None
     if task.task_entrypoint != "PythonSubmissionTasks" or script is None or not script.is_file() \
-            or "gymforge_eval" not in script.read_text(errors="replace"):
+            or not imports_gymforge_eval(script.read_text(errors="replace")):
         raise PostTrainingError(f"{task.id}: a post-training task is a PythonSubmissionTasks task whose evaluation "
                                 "script reaches the generation through gymforge_eval (the model never loads where the "
                                 "answers are)")

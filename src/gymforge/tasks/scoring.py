@@ -9,7 +9,6 @@ Host-side code never follows a path the agent controls: every read and copy of t
 
 from __future__ import annotations
 
-import ast
 import builtins
 import hashlib
 import json
@@ -24,6 +23,7 @@ from typing import Any
 
 from gymforge.agent.errors import EvaluationFormatError, SubmissionNotFound
 from gymforge.core.metrics import valid_metric
+from gymforge.runtime.codecheck import imports_gymforge_eval
 from gymforge.sandbox import ExecResult, Mount, Session, beneath, make_readable
 from gymforge.sandbox.base import WORKDIR
 from gymforge.tasks import posttraining
@@ -142,24 +142,6 @@ def _read_out(out: Path) -> tuple[str, dict[str, Any] | None]:
             except (OSError, ValueError):
                 status = None
     return "".join(texts), status if isinstance(status, dict) else None
-
-
-def imports_gymforge_eval(source: str) -> bool:
-    """Whether the evaluation script `source` imports gymforge_eval (`import gymforge_eval[.x]`, `from gymforge_eval[.x]
-    import ...`, at any nesting), as its syntax tree says: a mention in a comment or a string is not the contract (such
-    a script, importing the submission itself, would be scored on the task's own module). A script that does not parse
-    does not."""
-    try:
-        tree = ast.parse(source)
-    except (SyntaxError, ValueError, RecursionError, MemoryError):  # ValueError: a null byte (Python < 3.12)
-        return False
-
-    def ours(name: str | None) -> bool:
-        return name is not None and (name == "gymforge_eval" or name.startswith("gymforge_eval."))
-
-    return any(isinstance(node, ast.Import) and any(ours(alias.name) for alias in node.names)
-               or isinstance(node, ast.ImportFrom) and node.level == 0 and ours(node.module)
-               for node in ast.walk(tree))
 
 
 class Scoring:
