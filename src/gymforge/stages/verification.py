@@ -17,7 +17,7 @@ from gymforge.tasks.coherence import check_coherence, teacher_judge
 from gymforge.tasks.metrics import metric_direction, natural_direction, same_metric, stated_direction
 from gymforge.stages.generation import draft_code, draft_configs, materialize_task
 from gymforge.student.cpu_training import prepare_cpu_process
-from gymforge.tasks.files import answer_columns
+from gymforge.tasks.files import AGENT_CODE_ENTRYPOINTS, answer_columns
 from gymforge.tasks.mlgym import load_task_config
 from gymforge.tasks.posttraining import PostTrainingError, check_headroom
 from gymforge.tasks.probes import CheckError, evidence, probe_environment
@@ -63,7 +63,7 @@ def runs_agent_code_beside_answers(env) -> str | None:
     evaluator that imports the submission itself scores degenerate submissions honestly), so a generated task is
     refused here, before its baseline runs, and goes back to the teacher with this reason."""
     entrypoint = env.task.task_entrypoint
-    if entrypoint not in ("PythonSubmissionTasks", "ModelSubmissionTasks") or env.isolated:
+    if entrypoint not in AGENT_CODE_ENTRYPOINTS or env.isolated:
         return None
     what = "module through `import_submission(\"<module>\")`" if entrypoint == "PythonSubmissionTasks" \
         else "pickled model through `load_pickle(<path>)`"

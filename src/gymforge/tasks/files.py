@@ -45,6 +45,9 @@ GENERIC_PACKAGES = (
 # and it needs CUDA under torchrun. LM tasks come only from suites gymforge did not generate (MLGym-Bench's
 # languageModelingFineWeb).
 TEACHER_ENTRYPOINTS = ("CSVSubmissionTasks", "ModelSubmissionTasks", "PythonSubmissionTasks")
+# Those whose scorer would meet the agent's code (a module to import, a pickled model) unless the evaluation script
+# imports gymforge_eval: a CSV submission is data.
+AGENT_CODE_ENTRYPOINTS = ("ModelSubmissionTasks", "PythonSubmissionTasks")
 _CONFIG_PATH = re.compile(r"configs/(tasks|datasets)/([^/]+)\.yaml")
 _VERSION = r"(?:===|==|!=|~=|>=|<=|>|<)\s*[A-Za-z0-9.*+!_-]+"
 _REQUIREMENT = re.compile(
@@ -263,18 +266,18 @@ def validate_code_files(bundle: ConfigBundle, files: dict[str, str], columns: se
 
     # A Python or model task is scored under the evaluation contract only if its evaluation script imports
     # gymforge_eval (verification refuses it otherwise, `runs_agent_code_beside_answers`): asked for here, before
-    # the task is installed.
-    evaluation = workspace_source(task, task.evaluation_paths[0]) if task.evaluation_paths else None
-    if task.task_entrypoint in ("PythonSubmissionTasks", "ModelSubmissionTasks") and evaluation in files \
-            and not check_python(files[evaluation], evaluation) and not imports_gymforge_eval(files[evaluation]):
-        errors.append(f"{evaluation}: the evaluation script must reach the submission through gymforge_eval "
-                      "(`try: from gymforge_eval import import_submission, load_pickle` / `except ImportError: ...` "
-                      "for MLGym), so that the agent's code never runs in the scorer, beside the answers")
-
+    # the task is installed, of a script that compiles.
+    contract = (workspace_source(task, task.evaluation_paths[0])
+                if task.evaluation_paths and task.task_entrypoint in AGENT_CODE_ENTRYPOINTS else None)
     for path, text in files.items():
         if path.endswith(".py"):
             problems = check_python(text, path)
             errors += problems or (check_columns(text, path, columns) if columns else [])
+            if path == contract and not problems and not imports_gymforge_eval(text):
+                errors.append(f"{path}: the evaluation script must reach the submission through gymforge_eval "
+                              "(`try: from gymforge_eval import import_submission, load_pickle` / `except "
+                              "ImportError: ...` for MLGym), so that the agent's code never runs in the scorer, "
+                              "beside the answers")
         elif path == task.requirements_path:
             errors += _requirement_errors(path, text)
 
