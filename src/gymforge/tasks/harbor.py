@@ -25,7 +25,6 @@ from pathlib import Path
 from typing import Any
 
 from gymforge.agent.errors import SubmissionNotFound
-from gymforge.agent.loop import Agent, AgentConfig, AgentTask
 from gymforge.core.records import CheckReport, HarborAudit, ProbeOutcome
 from gymforge.sandbox import ExecResult, Limits, Mount, SandboxBackend
 
@@ -353,6 +352,9 @@ def run_harbor_episode(folder: Path, out: Path, llm: Any, *, sandbox: SandboxBac
                        max_steps: int = 50, seed: int = 0, oracle: bool = False,
                        meta: dict[str, Any] | None = None) -> Path:
     """One episode of gymforge's agent loop (audit included) on a Harbor task folder; the `.traj` path."""
+    # The loop brings the OpenAI client, which every Snakefile parse would load (benchmark.suite imports this module).
+    from gymforge.agent.loop import Agent, AgentConfig, AgentTask  # deferred: ~0.3 s of every `snakemake` start
+
     env = HarborEnvironment(folder, Path(out) / "episode", sandbox=sandbox, limits=limits, oracle=oracle)
     env.install()
     task = AgentTask(id=env.id, description=env.description, baseline=None, training_timeout=env.timeout)
