@@ -1,15 +1,20 @@
 """The package layering (docs/layout.md, Layers) beyond what `lint-imports` checks (pyproject.toml,
 [tool.importlinter]): no import cycle between gymforge's modules, few function-level (deferred) imports of
-gymforge's own modules and a measured reason for each, and the sandbox-side scripts import nothing of gymforge."""
+gymforge's own modules and a measured reason for each, the sandbox-side scripts import nothing of gymforge, and the
+workflow's parse loads none of the heavy libraries."""
 
 from __future__ import annotations
 
 import ast
+import re
+import subprocess
+import sys
 from pathlib import Path
 
 import grimp
 
-SRC = Path(__file__).resolve().parents[2] / "src" / "gymforge"
+ROOT = Path(__file__).resolve().parents[2]
+SRC = ROOT / "src" / "gymforge"
 MAX_DEFERRED = 20  # fewer than this many function-level imports of gymforge modules
 MARK = "# deferred:"
 
@@ -110,3 +115,17 @@ def test_evalkit_imports_nothing_of_gymforge() -> None:
         for node in ast.walk(ast.parse(path.read_text())):
             if isinstance(node, (ast.Import, ast.ImportFrom)):
                 assert not _is_gymforge(node), f"{path.name}:{node.lineno} imports gymforge"
+
+
+def test_the_workflows_parse_loads_no_heavy_library() -> None:
+    """Every `snakemake` start parses the Snakefile (two per SLURM job: the job step and the job inside it), and a
+    gymforge command loads the same modules: the OpenAI client alone is ~0.3 s and ~670 modules (an agent loop reached
+    through tasks.harbor loaded it until 8d6efd8), which a shared file system such as Lustre serves slowly."""
+    rules = [ROOT / "Snakefile", *sorted((ROOT / "rules").glob("*.smk"))]
+    modules = sorted({m for path in rules for m in re.findall(r"^\s*(?:from|import) (gymforge[\w.]*)", path.read_text(),
+                                                             re.MULTILINE)})
+    assert "gymforge.benchmark.suite" in modules and "gymforge.core.config" in modules, modules
+    heavy = ("openai", "torch", "transformers", "datasets", "pandas", "sklearn", "trl")
+    code = f"import sys\nfor m in {modules!r}: __import__(m)\nprint(sorted(h for h in {heavy!r} if h in sys.modules))"
+    loaded = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=120)
+    assert loaded.stdout.strip() == "[]", loaded.stdout
