@@ -123,3 +123,27 @@ def test_a_chain_of_an_episodes_replies_trains_in_one_pass_as_in_one_pass_each(s
     epochs = 1 if single_step else 2
     assert stats_s["update_tokens"] == sum(lengths) * epochs
     assert stats_c["update_tokens"] == (lengths[2] + lengths[3]) * epochs  # the chain's last sample, the re-ask
+
+
+def test_minibatches_split_an_iterations_runs_not_its_replies() -> None:
+    """`rl.minibatches` deals runs (an episode's replies that extend one another, trained in one pass) into
+    minibatches of ceil(runs / minibatches): an episode's chain of three replies stays in one optimizer step."""
+    from transformers import Qwen3Config, Qwen3ForCausalLM
+
+    torch.manual_seed(0)
+    model = Qwen3ForCausalLM(Qwen3Config(vocab_size=64, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
+                                         num_attention_heads=2, num_key_value_heads=1, head_dim=16)).eval()
+
+    def steps(samples: list[grpo.ActionSample], minibatches: int) -> int:
+        kept = grpo.prepare(samples, None, model, model, max_length=256, template=None, temperature=0.7)
+        stats = grpo.update(model, torch.optim.SGD(model.parameters(), lr=0.0), kept, epochs=1,
+                            minibatches=minibatches, clip_eps=0.2, kl_coef=0.0, max_grad_norm=1.0,
+                            rng=random.Random(0), temperature=0.7)
+        assert stats["samples"] == 4
+        return int(stats["optimizer_steps"])
+
+    assert steps(_episode_chain(0, model), 4) == 2  # two runs (the chain of three, the re-ask): two steps, not four
+    unchained = _episode_chain(0, model)
+    for k, s in enumerate(unchained):  # each reply an episode of its own: four runs of one reply
+        s.episode = k
+    assert steps(unchained, 4) == 4 and steps(unchained, 3) == 2  # ceil(4 / 3) = 2 runs a step

@@ -209,7 +209,9 @@ class RLConfig(Strict):
     max_new_tokens: int = Field(256, ge=1, description="Tokens per reply in rollouts.")
     learning_rate: float = Field(1e-6, gt=0, description="Learning rate of the policy update (AdamW).")
     epochs: int = Field(1, ge=1, description="Passes over an iteration's samples.")
-    minibatches: int = Field(1, ge=1, description="Optimizer steps per pass (the samples split evenly).")
+    minibatches: int = Field(1, ge=1, description="Optimizer steps per pass, at most: the pass's runs go in "
+                             "minibatches of ceil(runs / minibatches) runs, a run being the replies of an episode "
+                             "that extend one another (one forward pass), not single replies.")
     clip_eps: float = Field(0.2, gt=0, description="PPO/GRPO ratio clip.")
     is_cap: float = Field(2.0, ge=1, description="Cap of the truncated importance weight min(p_trainer / q_sampler, "
                           "is_cap) that corrects the sampler/trainer mismatch of replies with sampled tokens.")
