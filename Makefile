@@ -75,11 +75,12 @@ test: setup test-deps
 	$(BIN)/pytest -q -ra -m serial
 
 # The edit-test loop: everything not marked slow or heavy, on three pytest-xdist workers (tests/conftest.py groups tests that
-# share an expensive fixture on one worker, and marks the docker backend's tests slow).
+# share an expensive fixture on one worker, marks the docker backend's tests slow, and deals first the groups whose
+# tests wait: hence --no-loadscope-reorder).
 test-fast: setup
 	$(BIN)/ruff check src tests bench
 	$(BIN)/lint-imports
-	$(BIN)/pytest -q -ra -n 3 --dist loadgroup -m "not slow and not heavy" --cpu-durations=10
+	$(BIN)/pytest -q -ra -n 3 --dist loadgroup --no-loadscope-reorder -m "not slow and not heavy" --cpu-durations=10
 
 schemas: $(BIN)/gymforge
 	$(BIN)/gymforge schemas

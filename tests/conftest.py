@@ -41,16 +41,17 @@ def pytest_collection_modifyitems(config, items):  # before `-m` deselects by ma
         if shared is None and item.nodeid.split("::")[0] in SLURM_CLUSTER_MODULES:
             shared = "slurm_cluster"
         item.add_marker(pytest.mark.xdist_group(shared or item.nodeid.split("::")[0]))
-    # `make test` runs `heavy` tests in its one parallel phase, beside the rest: the groups that hold one, and those
-    # that share an expensive fixture, are dealt to the workers first (with --no-loadscope-reorder, xdist deals
-    # groups in this order), largest first, so that no long run starts last and leaves the other workers idle.
+    # `make test` runs `heavy` tests in its one parallel phase, beside the rest: the groups that hold one (or a test
+    # that `waits`), and those that share an expensive fixture, are dealt to the workers first (with
+    # --no-loadscope-reorder, xdist deals groups in this order), largest first, so that no long run starts last and
+    # leaves the other workers idle. `make test-fast` deals in the same order.
     groups: dict[str, list[pytest.Item]] = {}
     for item in items:
         groups.setdefault(item.get_closest_marker("xdist_group").args[0], []).append(item)
 
     def first(group: str) -> tuple[bool, int]:
         long_runs = group in SHARED_FIXTURES + ("slurm_cluster",) or any(
-            item.get_closest_marker("heavy") for item in groups[group])
+            item.get_closest_marker("heavy") or item.get_closest_marker("waits") for item in groups[group])
         return not long_runs, -len(groups[group])
 
     items[:] = [item for group in sorted(groups, key=first) for item in groups[group]]

@@ -15,7 +15,9 @@ from gymforge.tools.check_task import check_task
 
 MLGYM = Path(__file__).parents[1] / "fixtures" / "mlgym"
 
-pytestmark = pytest.mark.usefixtures("bwrap_backend")  # one-file binds need bubblewrap: skips without it
+# One-file binds need bubblewrap: skips without it. `waits`: its evaluators hang to their timeout, every probe scored
+# twice (batched, then alone), ~1 min on one worker that mostly waits: dealt first, it overlaps the rest.
+pytestmark = [pytest.mark.usefixtures("bwrap_backend"), pytest.mark.waits]
 
 # csvTiny's evaluator (RMSE, lower is better), made to misbehave. Run alone, each run sees a fresh sandbox and scores
 # honestly; a run that sees what an earlier one left (a file, a live daemon) or that could rewrite its submission
