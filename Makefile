@@ -3,6 +3,11 @@ PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 CORES ?= 2
+# Bytecode caches, whatever the environment says: with PYTHONDONTWRITEBYTECODE set (as on this project's CI machine)
+# every gymforge process compiled gymforge's sources again (~0.15 CPU-seconds a command, thousands of commands in
+# `make test`), and every pytest worker rewrote and compiled every test module (~8 CPU-seconds a worker, each run).
+# The venv's own modules are compiled at install (--compile-bytecode below); src/ and tests/ ignore __pycache__.
+unexport PYTHONDONTWRITEBYTECODE
 
 .PHONY: run test test-fast setup system-deps test-deps schemas lock clean
 
