@@ -27,6 +27,7 @@ from gymforge.runtime.codecheck import imports_gymforge_eval
 from gymforge.sandbox import ExecResult, Mount, Session, beneath, make_readable
 from gymforge.sandbox.base import WORKDIR
 from gymforge.tasks import posttraining
+from gymforge.tasks.files import AGENT_CODE_ENTRYPOINTS
 from gymforge.tasks.workspace import TaskWorkspace, copy_files, remove_path
 
 EVALKIT = Path(__file__).resolve().parents[1] / "evalkit"  # gymforge/evalkit: copied into every evaluation
@@ -356,7 +357,7 @@ class Scoring:
         binds = getattr(it.sandbox, "single_file_binds", False)  # a backend written before the flag: one by one
         entrypoint = it.task.task_entrypoint
         kind = entrypoint == "CSVSubmissionTasks" or (
-            entrypoint in ("PythonSubmissionTasks", "ModelSubmissionTasks") and self.isolated)
+            entrypoint in AGENT_CODE_ENTRYPOINTS and self.isolated)
         return kind and it.post_training is None and binds and it.sandbox.workdir(it.workspace) == WORKDIR
 
     def _serve_each(self, ev: Path, base: Path, probes: Sequence[dict[str, bytes]], ended: threading.Event,
