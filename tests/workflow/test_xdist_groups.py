@@ -3,6 +3,9 @@ expensive session fixture (a whole workflow run) in one group, so one worker bui
 (pytest 9.2 changed where a node's id lives, and xdist 3.8 then silently drops every group), each worker builds
 every such fixture again: three tiny workflow runs instead of one, minutes of CI."""
 
+import subprocess
+import sys
+
 import pytest
 
 
@@ -16,9 +19,6 @@ def test_groups_that_wait_are_dealt_before_larger_ones() -> None:
     """The order tests/conftest.py deals groups in (`--no-loadscope-reorder` keeps it): a module marked `waits`
     (test_probe_batch.py: evaluators that hang to their timeout) before a larger one, so that its minute of waiting
     overlaps the rest instead of ending the run alone (a 30 s tail of `make test-fast` before)."""
-    import subprocess
-    import sys
-
     waits, larger = "tests/tasks/test_probe_batch.py", "tests/agent/test_audit.py"
     proc = subprocess.run([sys.executable, "-m", "pytest", "--collect-only", "-q", "-p", "no:cacheprovider", larger,
                            waits], capture_output=True, text=True, timeout=300, check=True)
