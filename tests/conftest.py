@@ -15,16 +15,13 @@ os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 # tests turn trackio on with a results_dir of their own (gymforge.runtime.tracking).
 os.environ.setdefault("GYMFORGE_TRACKING", "none")
 
-pytest_plugins = ["loopback", "workflow_runs", "stage_fixtures", "finished_run", "cpu_time"]
+pytest_plugins = ["loopback", "workflow_runs", "stage_fixtures", "finished_run", "rehearsal_run", "cpu_time"]
 
 
 # Under pytest-xdist (`make test`: --dist loadgroup) each worker builds its own session fixtures. The tests
 # that share an expensive one (a whole workflow run, the docker image) run on one worker, so it is built
 # once; every other test runs with the rest of its module (module fixtures are built once too).
 SHARED_FIXTURES = ("finished_run", "clean_tasks", "docker_backend", "proposals", "smollm2_cache")
-# Modules that start and stop the default SLURM test cluster (scripts/slurm_cluster.sh): one worker runs them in turn,
-# or the first to finish would stop the cluster under the other's jobs. (The rehearsal starts a cluster of its own.)
-SLURM_CLUSTER_MODULES = ("tests/workflow/test_slurm.py", "tests/workflow/test_slurm_arrays.py")
 
 
 # Tests on the docker backend start a private daemon and a container per sandbox: they are `slow`, so `make test`
@@ -34,12 +31,11 @@ def pytest_collection_modifyitems(config, items):  # before `-m` deselects by ma
     for item in items:
         names = getattr(item, "fixturenames", ())
         shared = next((name for name in SHARED_FIXTURES if name in names), None)
-        if shared is None and "docker" in item.nodeid:  # the attack matrix asks for the daemon by name
+        # The attack matrix asks for the daemon by name; the rehearsal's sandboxes run on the same private daemon.
+        if shared is None and ("docker" in item.nodeid or "rehearsal" in names):
             shared = "docker_backend"
         if shared == "docker_backend":
             item.add_marker(pytest.mark.slow)
-        if shared is None and item.nodeid.split("::")[0] in SLURM_CLUSTER_MODULES:
-            shared = "slurm_cluster"
         item.add_marker(pytest.mark.xdist_group(shared or item.nodeid.split("::")[0]))
     # `make test` runs `heavy` tests in its one parallel phase, beside the rest: the groups that hold one (or a test
     # that `waits`), and those that share an expensive fixture, are dealt to the workers first (with
@@ -50,7 +46,7 @@ def pytest_collection_modifyitems(config, items):  # before `-m` deselects by ma
         groups.setdefault(item.get_closest_marker("xdist_group").args[0], []).append(item)
 
     def first(group: str) -> tuple[bool, int]:
-        long_runs = group in SHARED_FIXTURES + ("slurm_cluster",) or any(
+        long_runs = group in SHARED_FIXTURES or any(
             item.get_closest_marker("heavy") or item.get_closest_marker("waits") for item in groups[group])
         return not long_runs, -len(groups[group])
 

@@ -2,19 +2,15 @@
 shrunk, end to end through the single-node SLURM cluster, the docker sandbox and the strict reasoning-model teacher.
 
 The overlay's keys are held to an allow-list here (sizes, plus the few switches the overlay comments); the run itself
-is `slow` and `heavy` (14-21 min on the loaded 2-core machine) and skips only where SLURM or docker cannot run (not root, no apt-get).
+is `slow` and `heavy` (14-21 min on the loaded 2-core machine) and skips only where SLURM or docker cannot run (not root,
+no apt-get). The run is tests/rehearsal_run.py's `rehearsal` fixture, which tests/workflow/test_slurm.py's checks of
+the SLURM run share.
 """
 
 from __future__ import annotations
 
 import json
-import os
-import shutil
-import subprocess
-import sys
-import tempfile
 import threading
-import time
 import urllib.error
 import urllib.request
 from pathlib import Path
@@ -22,6 +18,7 @@ from typing import Any
 
 import pytest
 import yaml
+from rehearsal_run import Rehearsal
 
 from gymforge.core.config import load_config
 from gymforge.core.prompts import render
@@ -29,7 +26,6 @@ from gymforge.core.prompts import render
 REPO = Path(__file__).resolve().parents[2]
 OVERLAY = REPO / "configs" / "rehearsal.yaml"
 PAPER = REPO / "configs" / "paper-scale.yaml"
-SKIP = 77  # scripts/rehearsal.sh: SLURM or docker cannot run here
 
 # Sizes: counts, steps, lengths, concurrency, memory, cores, GPUs. Nothing here changes what a stage does, only how
 # much of it there is and what its jobs ask of the scheduler.
@@ -128,34 +124,8 @@ def test_the_teacher_servers_request_log_records_fields_not_messages(tmp_path: P
 @pytest.mark.slow
 @pytest.mark.heavy
 @pytest.mark.timeout(3600)  # 14-21 min on the loaded 2-core machine, plus the docker image's first build (9 min here)
-def test_the_rehearsal_reaches_scores_through_slurm_docker_and_the_strict_teacher(tmp_path: Path) -> None:
-    pytest.importorskip("snakemake_executor_plugin_slurm")
-    pytest.importorskip("docker", reason="the docker SDK is not installed")
-    env = {k: v for k, v in os.environ.items() if k not in ("SLURM_CONF", "DOCKER_HOST", "OPENAI_API_KEY")}
-    # A SLURM test cluster of its own (scratch directory and ports), so that the rehearsal runs beside
-    # tests/workflow/test_slurm.py's, which starts and stops the default one. A short path: munged's socket lives
-    # in it, and a Unix socket's path holds at most 107 bytes.
-    cluster = Path(tempfile.mkdtemp(prefix="gf-slurm-", dir="/tmp"))
-    cluster.chmod(0o755)  # mkdtemp makes it 0700: munged runs as the munge user and keeps its socket and log in it
-    env.update(HF_HUB_OFFLINE="1", HF_DATASETS_OFFLINE="1", GYMFORGE_PYTHON=sys.executable,
-               GYMFORGE_REHEARSAL_DIR=str(tmp_path), GYMFORGE_SLURM_DIR=str(cluster),
-               GYMFORGE_SLURMCTLD_PORT="6827", GYMFORGE_SLURMD_PORT="6828")
-    env.pop("GYMFORGE_SLURM_KEEP", None)  # the script stops the cluster it started
-    env.pop("GYMFORGE_TRACKING", None)  # as a user runs it: paper-scale's tracker (trackio, offline)
-    started = time.monotonic()
-    try:
-        proc = subprocess.run([str(REPO / "scripts" / "rehearsal.sh")], capture_output=True, text=True,
-                              timeout=3000, env=env)
-    finally:
-        subprocess.run([str(REPO / "scripts" / "slurm_cluster.sh"), "stop"], capture_output=True, timeout=120,
-                       env=env, check=False)
-        shutil.rmtree(cluster, ignore_errors=True)
-    elapsed = time.monotonic() - started
-    if proc.returncode == SKIP:
-        reasons = [line for line in proc.stderr.splitlines() if "SKIP" in line]
-        pytest.skip(reasons[-1] if reasons else proc.stderr[-500:])
-    summary_path = tmp_path / "rehearsal-summary.json"
-    summary = json.loads(summary_path.read_text()) if summary_path.exists() else {}
+def test_the_rehearsal_reaches_scores_through_slurm_docker_and_the_strict_teacher(rehearsal: Rehearsal) -> None:
+    proc, summary = rehearsal.proc, rehearsal.summary
     assert proc.returncode == 0 and summary.get("ok"), f"{summary.get('problems')}\n{proc.stderr[-6000:]}"
     # Every job went through SLURM: only the shell-less aggregation targets ran in the Snakemake process.
     slurm = summary["slurm"]
@@ -177,4 +147,4 @@ def test_the_rehearsal_reaches_scores_through_slurm_docker_and_the_strict_teache
     for stage in ("topics", "proposals", "configs", "tasks", "environments", "decontamination", "trajectories",
                   "checkpoints", "scores"):
         assert summary["funnel"][stage]["done"] > 0, stage
-    print(f"rehearsal: {elapsed:.0f} s ({json.dumps(summary['seconds'])})")
+    print(f"rehearsal: {rehearsal.elapsed:.0f} s ({json.dumps(summary['seconds'])})")
