@@ -18,9 +18,11 @@ from pathlib import Path
 
 import pytest
 import yaml
-from test_slurm import SCRIPTS, SKIP, clean_env
+from test_slurm import clean_env
 
 REPO = Path(__file__).resolve().parents[2]
+SCRIPTS = REPO / "scripts"
+SKIP = 77  # slurm_cluster.sh: SLURM cannot run here
 SNAKEFILE = """\
 localrules: all
 rule all:
