@@ -31,7 +31,9 @@ def pytest_collection_modifyitems(config, items):  # before `-m` deselects by ma
     for item in items:
         names = getattr(item, "fixturenames", ())
         shared = next((name for name in SHARED_FIXTURES if name in names), None)
-        # The attack matrix asks for the daemon by name; the rehearsal's sandboxes run on the same private daemon.
+        # The attack matrix asks for the daemon by name. The rehearsal shares the private daemon, and its check counts
+        # the sandbox containers (label gymforge.sandbox=1) the daemon started during its run: another test's, at the
+        # same time, would be counted too. So it runs in turn with the docker tests, not as a group of its own.
         if shared is None and ("docker" in item.nodeid or "rehearsal" in names):
             shared = "docker_backend"
         if shared == "docker_backend":
